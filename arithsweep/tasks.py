@@ -1,0 +1,415 @@
+"""Arithmetic problems as token sequences: what a model is searched, trained and verified on.
+
+A task (add10, sub6, mix6, mul3) says what is computed, a `Format` how a problem becomes tokens.
+`get_task("add10", "pad,revans")` gives a `Task` that samples problems (uniform lengths, carry-
+enriched, curriculum cap, train/holdout split), encodes them for teacher forcing, decodes answers,
+enumerates small tasks and classifies carry cascades, all as vectorised int64 torch. Try:
+    python -c "from arithsweep.tasks import get_task; print(get_task('sub4').example())"
+
+Vocabulary: ids 0..9 are the digits '0'..'9', then, in this order and only if the task and format
+need them: '+', '-', '*', '=', '<eos>', '<pad>'. So add3 has 12 tokens and sub3,nodelim 11.
+
+Encoding, default format pad,revans,fwdops,delim (operands zero-padded to N digits, answer
+least-significant digit first):
+    add  answer N+1 digits             add10  0000000042+0000000007=  ->  94000000000
+    sub  answer sign + N digits        sub4   0007-0042=  ->  -5300
+    mix  op '+'/'-', sign + N+1 digits mix4   0007-0042=  ->  -53000
+    mul  answer 2N digits              mul3   042*007=  ->  492000
+The sign is the FIRST answer token in either answer order: '-' if negative, else the digit '0'
+(so no '+' token is spent on it). Every digit of |a-b| depends on which operand is larger, so
+the model commits to that comparison before it writes any digit.
+revops writes operands least-significant digit first. nodelim drops the operator and '=' (mix
+keeps its op token). nopad writes numbers without leading zeros and ends the answer with '<eos>';
+rows are right-padded with '<pad>':  add3,nopad  42+7=  ->  94<eos>.  nopad+nodelim is refused.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from arithsweep.errors import ConfigError
+
+OPS = ("add", "sub", "mix", "mul")
+MAX_DIGITS = {"add": 18, "sub": 18, "mix": 18, "mul": 9}  # results must fit in int64
+OP_CODES = {"add": (0,), "sub": (1,), "mix": (0, 1), "mul": (2,)}  # op code 0=add 1=sub 2=mul
+_OP_SYMBOL = "+-*"  # indexed by op code
+_SYMBOLS = ("+", "-", "*", "=", "<eos>", "<pad>")
+_POW10 = torch.tensor([10**i for i in range(19)])  # (19,) int64; 10**18 is the largest needed
+_TASK_HELP = "add<N>, sub<N>, mix<N> (N = 1..18) or mul<N> (N = 1..9), e.g. add10"
+_FORMAT_WORDS = (("pad", "nopad", "pad"), ("revans", "fwdans", "reverse_answer"),
+                 ("revops", "fwdops", "reverse_operands"), ("delim", "nodelim", "delimiters"))
+_WORDS = {w: (key, w == on) for on, off, key in _FORMAT_WORDS for w in (on, off)}
+_FORMAT_HELP = ", ".join(f"{on}|{off}" for on, off, _ in _FORMAT_WORDS)
+_DERIVED = {"init": False, "repr": False, "compare": False}
+_M32 = 0xFFFFFFFF
+# odd constants < 2**28: five 32-bit words times these sum to < 2**63, so int64 never overflows
+_HASH_KEYS = (0x9E3779B, 0x7F4A7C1, 0x5BD1E99, 0x27D4EB3, 0x165667B)
+
+
+@dataclass(frozen=True)
+class Format:
+    """How a problem becomes tokens (see the module docstring for literal examples)."""
+
+    pad: bool = True  # fixed-width zero padding of operands and answer
+    reverse_answer: bool = True  # answer least-significant digit first
+    reverse_operands: bool = False
+    delimiters: bool = True  # operator between operands and '=' before the answer
+
+    def __post_init__(self) -> None:
+        if not self.pad and not self.delimiters:
+            raise ConfigError("format 'nopad,nodelim' is ambiguous: without padding only the "
+                              "operator and '=' show where an operand ends; use pad or delim")
+
+    @property
+    def name(self) -> str:
+        return ",".join(on if getattr(self, key) else off for on, off, key in _FORMAT_WORDS)
+
+
+def parse_format(s: str | Format | None) -> Format:
+    """'pad,fwdans' -> Format; words left out keep their defaults; None or '' -> Format()."""
+    if isinstance(s, Format):
+        return s
+    chosen: dict[str, bool] = {}
+    for word in filter(None, (w.strip().lower() for w in (s or "").split(","))):
+        if word not in _WORDS:
+            raise ConfigError(f"unknown format word {word!r} in {s!r}: expected a comma list of "
+                              f"{_FORMAT_HELP} (default {Format().name})")
+        key, value = _WORDS[word]
+        if chosen.setdefault(key, value) != value:
+            raise ConfigError(f"format {s!r} sets {key} both ways: pick one of {_FORMAT_HELP}")
+    return Format(**chosen)
+
+
+def task_names_help() -> str:  # for CLI help
+    return (f"tasks: {_TASK_HELP}; formats: comma list of {_FORMAT_HELP} "
+            f"(default {Format().name}; nopad needs delim)")
+
+
+def get_task(name: str, fmt: Format | str | None = None) -> Task:
+    """'add10' (+ optional format) -> Task; ConfigError naming the valid forms otherwise."""
+    m = re.fullmatch(r"(add|sub|mix|mul)(\d{1,3})", str(name).strip().lower())
+    if m is None or not 1 <= int(m[2]) <= MAX_DIGITS[m[1]]:
+        raise ConfigError(f"unknown task {name!r}: expected {_TASK_HELP}")
+    return Task(f"{m[1]}{int(m[2])}", m[1], int(m[2]), parse_format(fmt))
+
+
+def _digits(x: Tensor, width: int) -> Tensor:
+    """Digits of non-negative x, least significant first: (N,) -> (N, width)."""
+    return x.unsqueeze(1) // _POW10.to(x.device)[:width] % 10
+
+
+def _num_digits(x: Tensor) -> Tensor:
+    """Digit count of non-negative x, 0 counting as one digit: (N,) -> (N,)."""
+    return (x.unsqueeze(1) >= _POW10.to(x.device)[1:]).sum(1) + 1
+
+
+def _cascade(cols: Tensor) -> Tensor:
+    """Longest run of consecutive column sums passing a carry upwards: (N, W) -> (N,)."""
+    carry = run = best = torch.zeros(cols.shape[0], dtype=torch.int64, device=cols.device)
+    for j in range(cols.shape[1]):  # loops over digit positions only, never over problems
+        carry = (cols[:, j] + carry) // 10
+        run = torch.where(carry > 0, run + 1, 0)
+        best = torch.maximum(best, run)
+    return best
+
+
+def _fmix32(h: Tensor) -> Tensor:
+    """murmur3's 32-bit finaliser on values in [0, 2**32): (N,) -> (N,)."""
+    for shift, c in ((16, 0x85EBCA6B), (13, 0xC2B2AE35)):
+        h = h ^ (h >> shift)
+        # (h * c) mod 2**32 from 16-bit halves: no intermediate reaches 2**49, so int64 is safe
+        h = ((h & 0xFFFF) * c + ((((h >> 16) * c) & 0xFFFF) << 16)) & _M32
+    return h ^ (h >> 16)
+
+
+def _holdout(a: Tensor, b: Tensor, op: Tensor) -> Tensor:
+    """Keyed sum of the 32-bit words of (a, b, op), folded to 32 bits and murmur-mixed: (N,)."""
+    words = (a & _M32, a >> 32, b & _M32, b >> 32, op)
+    s = sum(w * k for w, k in zip(words, _HASH_KEYS, strict=True))
+    return (_fmix32((s & _M32) ^ (s >> 32)) & 15) == 0
+
+
+def _randbelow(hi: Tensor, gen: torch.Generator) -> Tensor:
+    """Uniform integers in [0, hi) for 1 <= hi <= 1e9 (float64 bias < 1e-7): (N,) -> (N,)."""
+    u = torch.rand(hi.shape, generator=gen, dtype=torch.float64, device=hi.device)
+    return torch.minimum((u * hi).long(), hi - 1)
+
+
+def _uniform(m: int, gen: torch.Generator, cap: int) -> tuple[Tensor, Tensor]:
+    """Length uniform in 1..cap, then value uniform among numbers of that length: (m,), (m,)."""
+    p10 = _POW10.to(gen.device)
+    length = torch.randint(1, cap + 1, (m,), generator=gen, device=gen.device)
+    # two parts of at most 9 digits each, so the float64 draws stay uniform to ~1e-7
+    lead_len = torch.where(length > 9, length - 9, length)
+    low = torch.where(length == 1, 0, p10[lead_len - 1])
+    lead = low + _randbelow(p10[lead_len] - low, gen)
+    tail = _randbelow(torch.full_like(length, 10**9), gen)
+    return length, torch.where(length > 9, lead * 10**9 + tail, lead)
+
+
+def _carry_pair(m: int, gen: torch.Generator, cap: int) -> tuple[Tensor, Tensor]:
+    """Uniform pair whose sum has a carry cascade of k+1 >= 1 positions: a pair summing to >= 10
+    at a position g inside both operands, then k (uniform) pairs summing to 9 above it."""
+    (la, a), (lb, b) = _uniform(m, gen, cap), _uniform(m, gen, cap)
+    da, db, pos = _digits(a, cap), _digits(b, cap), torch.arange(cap, device=gen.device)
+    g = _randbelow(torch.minimum(la, lb), gen)
+    top = g + _randbelow(torch.maximum(la, lb) - g, gen)
+    span, at_g = (pos > g[:, None]) & (pos <= top[:, None]), pos == g[:, None]  # (m, cap)
+    ga = 1 + _randbelow(torch.full_like(g, 9), gen)
+    gb = 10 - ga + _randbelow(ga, gen)
+    free = torch.randint(0, 10, (m, cap), generator=gen, device=gen.device)
+    # above an operand's length its digit must stay 0, so the other operand holds the 9
+    sa = torch.where(pos >= la[:, None], 0, torch.where(pos >= lb[:, None], 9, free))
+    pw = _POW10.to(gen.device)[:cap]
+    a = (torch.where(at_g, ga[:, None], torch.where(span, sa, da)) * pw).sum(1)
+    return a, (torch.where(at_g, gb[:, None], torch.where(span, 9 - sa, db)) * pw).sum(1)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One arithmetic task in one format; build it with `get_task`. Op codes: 0=add 1=sub 2=mul."""
+
+    name: str
+    op: str
+    n_digits: int
+    fmt: Format = Format()
+    # derived in __post_init__:
+    vocab: tuple[str, ...] = field(**_DERIVED)  # digits '0'..'9' (ids 0..9), then needed symbols
+    token_id: dict[str, int] = field(**_DERIVED)
+    vocab_size: int = field(**_DERIVED)
+    op_codes: tuple[int, ...] = field(**_DERIVED)
+    signed: bool = field(**_DERIVED)  # the answer starts with a sign token (sub, mix)
+    n_answer_digits: int = field(**_DERIVED)
+    pad_id: int = field(**_DERIVED)  # '<pad>'; 0 for padded formats, which never pad
+    prompt_len: int = field(**_DERIVED)  # exact for padded formats, the maximum for nopad
+    answer_len: int = field(**_DERIVED)  # sign + digits + '<eos>', where present
+    seq_len: int = field(**_DERIVED)
+    n_ctx: int = field(**_DERIVED)  # longest model input: input = seq[:-1], target = seq[1:]
+    n_problems: int = field(**_DERIVED)
+    n_carry_classes: int = field(**_DERIVED)
+
+    def __post_init__(self) -> None:
+        op, n = self.op, self.n_digits
+        if op not in OPS or not 1 <= n <= MAX_DIGITS[op] or self.name != f"{op}{n}":
+            raise ConfigError(f"unknown task {self.name!r}: expected {_TASK_HELP}")
+        fmt = parse_format(self.fmt)
+        signed, delim = op in ("sub", "mix"), fmt.delimiters
+        need = {"+": op == "mix" or (op == "add" and delim), "-": signed,
+                "*": op == "mul" and delim, "=": delim, "<eos>": not fmt.pad, "<pad>": not fmt.pad}
+        vocab = tuple("0123456789") + tuple(s for s in _SYMBOLS if need[s])
+        digits = {"add": n + 1, "sub": n, "mix": n + 1, "mul": 2 * n}[op]
+        prompt = 2 * n + (2 if delim else int(op == "mix"))
+        answer = digits + int(signed) + int(not fmt.pad)
+        for key, value in dict(
+            fmt=fmt, vocab=vocab, token_id={s: i for i, s in enumerate(vocab)},
+            vocab_size=len(vocab), op_codes=OP_CODES[op], signed=signed, n_answer_digits=digits,
+            pad_id=vocab.index("<pad>") if "<pad>" in vocab else 0, prompt_len=prompt,
+            answer_len=answer, seq_len=prompt + answer, n_ctx=prompt + answer - 1,
+            n_problems=len(OP_CODES[op]) * 10 ** (2 * n),
+            n_carry_classes=digits,  # add n+1, sub n (top digit never borrows), mul 2n
+        ).items():
+            object.__setattr__(self, key, value)
+
+    def _check(self, a, b, op) -> tuple[Tensor, Tensor, Tensor]:
+        a = torch.as_tensor(a, dtype=torch.int64)
+        b, op = (torch.as_tensor(x, dtype=torch.int64, device=a.device) for x in (b, op))
+        op, hi = op.expand_as(a), 10**self.n_digits
+        if a.numel() and bool(((a < 0) | (a >= hi) | (b < 0) | (b >= hi)).any()):
+            raise ConfigError(f"operands of {self.name} must be integers in 0..{hi - 1}")
+        if op.numel() and bool(((op < self.op_codes[0]) | (op > self.op_codes[-1])).any()):
+            raise ConfigError(f"{self.name} takes op codes {self.op_codes} (0=add 1=sub 2=mul)")
+        return a, b, op
+
+    def answer(self, a, b, op) -> Tensor:
+        """True results (N,) int64; sub results can be negative."""
+        a, b, op = self._check(a, b, op)
+        return a * b if self.op == "mul" else torch.where(op == 0, a + b, a - b)
+
+    def operand_lengths(self, a, b) -> tuple[Tensor, Tensor]:
+        """Digit counts (N,) of each operand; 0 has length 1."""
+        return _num_digits(torch.as_tensor(a)), _num_digits(torch.as_tensor(b))
+
+    def is_holdout(self, a, b, op) -> Tensor:
+        """(N,) bool, True for ~1/16 of problems; the same (a, b, op) always lands the same way."""
+        return _holdout(*self._check(a, b, op))
+
+    def carry_class(self, a, b, op) -> Tensor:
+        """(N,) int64 in 0..n_carry_classes-1. add: longest run of consecutive digit positions
+        producing a carry (123+456 -> 0, 15+5 -> 1, 999+1 -> 3); sub: longest borrow run of larger
+        minus smaller (100-1 -> 2); mul: longest carry run when the schoolbook column sums
+        sum_{i+j=k} a_i*b_j are added up (nearly always long for N >= 2: a coarse measure)."""
+        a, b, op = self._check(a, b, op)
+        n = self.n_digits
+        if self.op == "mul":
+            da, db = _digits(a, n), _digits(b, n)
+            cols = torch.zeros(a.shape[0], 2 * n - 1, dtype=torch.int64, device=a.device)
+            for i in range(n):  # (N, n) digit products landing in columns i..i+n-1
+                cols[:, i:i + n] += da[:, i:i + 1] * db
+            return _cascade(cols)
+        # hi - lo borrows exactly where lo + (hi - lo) carries, so one carry pass serves both ops
+        lo = torch.minimum(a, b)
+        x, y = torch.where(op == 1, lo, a), torch.where(op == 1, torch.maximum(a, b) - lo, b)
+        return _cascade(_digits(x, n) + _digits(y, n))
+
+    def sample(self, n: int, generator: torch.Generator, mode: str = "uniform",
+               max_len: int | None = None, split: str = "train") -> tuple[Tensor, Tensor, Tensor]:
+        """n problems (a, b, op), each (n,) int64, all from the `split` side of is_holdout.
+
+        uniform: each operand's length uniform in 1..max_len, its value uniform among numbers of
+        that length. values: operands uniform over 0..10^max_len - 1 (AdderBoard's sampling:
+        mostly full-length operands, as verification's random part sees them). carry
+        (add/sub/mix; mul falls back to uniform): a carry (borrow) cascade of random length is
+        forced into each problem (see _carry_pair). Rejects are drawn again."""
+        cap = self.n_digits if max_len is None else max_len
+        if mode not in ("uniform", "values", "carry") or split not in ("train", "holdout"):
+            raise ConfigError(f"bad sampling mode {mode!r} or split {split!r}: expected mode "
+                              f"uniform|values|carry and split train|holdout")
+        if not 1 <= cap <= self.n_digits:
+            raise ConfigError(f"max_len {max_len} out of range for {self.name}: "
+                              f"expected 1..{self.n_digits}")
+        empty = torch.zeros(0, dtype=torch.int64, device=generator.device)
+        parts, have, idle = [(empty, empty, empty)], 0, 0
+        while have < n:
+            need = n - have
+            # oversample so one round usually suffices; holdout keeps ~1/16 of draws
+            m = min(int(need * (20 if split == "holdout" else 1.2)) + 64, 1 << 20)
+            a, b, op = self._draw(m, generator, mode, cap)
+            keep = _holdout(a, b, op) == (split == "holdout")
+            a, b, op = a[keep][:need], b[keep][:need], op[keep][:need]
+            idle = idle + 1 if a.numel() == 0 else 0
+            if idle > 32:  # that side of the partition is empty for this max_len
+                raise ConfigError(f"no {split} problems exist for {self.name}, max_len={cap}")
+            parts.append((a, b, op))
+            have += a.numel()
+        return tuple(torch.cat(p) for p in zip(*parts, strict=True))
+
+    def _draw(self, m: int, gen: torch.Generator, mode: str, cap: int):
+        codes = torch.tensor(self.op_codes, device=gen.device)
+        op = codes[torch.randint(0, len(codes), (m,), generator=gen, device=gen.device)]
+        if mode == "values":
+            hi = 10**cap
+            a = torch.randint(0, hi, (m,), generator=gen, device=gen.device)
+            b = torch.randint(0, hi, (m,), generator=gen, device=gen.device)
+            return a, b, op
+        a, b = _uniform(m, gen, cap)[1], _uniform(m, gen, cap)[1]
+        if mode == "carry" and 0 in self.op_codes:
+            ca, cb = _carry_pair(m, gen, cap)
+            a, b = torch.where(op == 0, ca, a), torch.where(op == 0, cb, b)
+        if mode == "carry" and 1 in self.op_codes and cap >= 2:  # 1-digit sub never borrows
+            # x - y borrows exactly where y + (x - y) carries: build that sum, read it backwards
+            y, d = _carry_pair(m, gen, cap)
+            y1, d1 = _carry_pair(m, gen, cap - 1)  # fallback whose sum cannot overflow
+            over = y + d >= 10**cap
+            y, d = torch.where(over, y1, y), torch.where(over, d1, d)
+            flip = torch.randint(0, 2, (m,), generator=gen, device=gen.device).bool()
+            a = torch.where(op == 1, torch.where(flip, y, y + d), a)
+            b = torch.where(op == 1, torch.where(flip, y + d, y), b)
+        return a, b, op
+
+    def _encode(self, a, b, op) -> tuple[Tensor, Tensor, Tensor]:
+        """-> tokens (N, seq_len), prompt end (N,), answer end (N,) (exclusive positions)."""
+        a, b, op = self._check(a, b, op)
+        big, dev, ids, f, seq = a.shape[0], a.device, self.token_id, self.fmt, self.seq_len
+        out = torch.full((big, seq + 1), self.pad_id, dtype=torch.int64, device=dev)
+        pos = torch.zeros(big, dtype=torch.int64, device=dev)  # (N,) next free position
+
+        def put(tok: Tensor | int) -> None:
+            out.scatter_(1, pos[:, None], torch.as_tensor(tok, device=dev).expand(big)[:, None])
+            pos.add_(1)
+
+        def put_number(x: Tensor, width: int, lsd_first: bool) -> None:
+            length = torch.full_like(x, width) if f.pad else _num_digits(x)
+            j = torch.arange(width, device=dev).expand(big, width)  # (N, W)
+            src = j if lsd_first else (length[:, None] - 1 - j).clamp(min=0)
+            # digits beyond a row's length land in the spare last column, cut off below
+            dst = torch.where(j < length[:, None], pos[:, None] + j, seq)
+            out.scatter_(1, dst, _digits(x, width).gather(1, src))
+            pos.add_(length)
+
+        op_tok = torch.tensor([ids.get(s, -1) for s in _OP_SYMBOL], device=dev)[op]
+        put_number(a, self.n_digits, f.reverse_operands)
+        if f.delimiters or self.op == "mix":
+            put(op_tok)
+        put_number(b, self.n_digits, f.reverse_operands)
+        if f.delimiters:
+            put(ids["="])
+        prompt_end = pos.clone()
+        r = self.answer(a, b, op)
+        if self.signed:
+            put(torch.where(r < 0, ids["-"], 0))
+        put_number(r.abs(), self.n_answer_digits, f.reverse_answer)
+        if not f.pad:
+            put(ids["<eos>"])
+        return out[:, :seq], prompt_end, pos
+
+    def encode(self, a, b, op) -> tuple[Tensor, Tensor]:
+        """-> tokens (N, seq_len), answer_mask (N, seq_len - 1): True where input t predicts an
+        answer token (incl. '<eos>'); a row is exactly right when all its masked argmaxes are."""
+        tokens, prompt_end, answer_end = self._encode(a, b, op)
+        t = torch.arange(1, self.seq_len, device=tokens.device)[None]  # (1, T) target positions
+        return tokens, (t >= prompt_end[:, None]) & (t < answer_end[:, None])
+
+    def encode_prompt(self, a, b, op) -> list[list[int]]:
+        """Prompts for greedy decoding, each up to and including '=' (or the last operand digit)."""
+        tokens, prompt_end, _ = self._encode(a, b, op)
+        return [row[:end] for row, end in zip(tokens.tolist(), prompt_end.tolist(), strict=True)]
+
+    def decode_answer(self, answer_tokens: list[int]) -> int | None:
+        """Generated answer tokens -> integer; None unless they are exactly the canonical form."""
+        toks, eos = [int(t) for t in answer_tokens], self.token_id.get("<eos>")
+        if (eos is None and len(toks) < self.answer_len) or (eos is not None and eos not in toks):
+            return None
+        toks = toks[:self.answer_len if eos is None else toks.index(eos)]
+        minus = self.token_id.get("-")
+        if self.signed and toks[:1] not in ([0], [minus]):
+            return None
+        sign, toks = (-1 if self.signed and toks[0] == minus else 1), toks[int(self.signed):]
+        if not 1 <= len(toks) <= self.n_answer_digits or any(not 0 <= t <= 9 for t in toks):
+            return None
+        msd_first = toks[::-1] if self.fmt.reverse_answer else toks
+        value = int("".join(map(str, msd_first)))
+        if (not self.fmt.pad and len(toks) > 1 and msd_first[0] == 0) or (sign < 0 and not value):
+            return None  # leading zero or "-0": not what encode would have written
+        return sign * value
+
+    def render(self, tokens: list[int]) -> str:
+        return "".join(self.vocab[t] for t in tokens)
+
+    def example(self) -> str:
+        """One literal encoded example, e.g. add10: '0000000042+0000000007=  ->  94000000000'."""
+        mod, code = 10**self.n_digits, self.op_codes[-1]
+        a, b = (7 % mod, 42 % mod) if code == 1 else (42 % mod, 7 % mod)
+        row, pe, ae = (t[0].tolist() for t in self._encode([a], [b], [code]))
+        return f"{self.render(row[:pe])}  ->  {self.render(row[pe:ae])}"
+
+    def format_problem(self, a: int, b: int, op: int) -> str:
+        return f"{int(a)}{_OP_SYMBOL[int(op)]}{int(b)}"
+
+    def parse_problem(self, s: str) -> tuple[int, int, int]:
+        """'123+456' -> (123, 456, 0); ConfigError with one line if it does not fit the task."""
+        forms = " or ".join(f"A{_OP_SYMBOL[c]}B" for c in self.op_codes)
+        rule = f"{forms} with A, B in 0..{10**self.n_digits - 1}"
+        m = re.fullmatch(r"\s*(-?\d{1,40})\s*([-+*])\s*(-?\d{1,40})\s*", str(s))
+        if m is None:
+            raise ConfigError(f"cannot parse problem {s!r} for {self.name}: expected {rule}")
+        a, code, b = int(m[1]), _OP_SYMBOL.index(m[2]), int(m[3])
+        if code not in self.op_codes:
+            raise ConfigError(f"operator {m[2]!r} is not part of {self.name}: expected {rule}")
+        if not (0 <= a < 10**self.n_digits and 0 <= b < 10**self.n_digits):
+            raise ConfigError(f"operand out of range in {s!r} for {self.name}: expected {rule}")
+        return a, b, code
+
+    def enumerate_all(self) -> tuple[Tensor, Tensor, Tensor]:
+        """Every problem (a, b, op), each (n_problems,), add before sub for mix."""
+        if self.n_problems > 10**6:
+            raise ConfigError(f"{self.name} has {self.n_problems:.3g} problems; enumerating is "
+                              f"limited to 10**6 (tasks up to add3/sub3/mul3, mix2)")
+        side = 10**self.n_digits
+        x, k = torch.arange(side), len(self.op_codes)
+        op = torch.tensor(self.op_codes).repeat_interleave(side * side)
+        return x.repeat_interleave(side).repeat(k), x.repeat(side * k), op
+
