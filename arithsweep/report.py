@@ -1,0 +1,212 @@
+"""The result of verifying one checkpoint (suite "v1"), and the statistics it is scored with.
+
+`VerificationReport` is the only thing the leaderboard accepts: `verify.py` builds one from the
+weights alone, `leaderboard.Leaderboard.record` stores it. This module is pure standard library
+so that the leaderboard, the tables and `arithsweep leaderboard` never pull in torch.
+
+    python -c "from arithsweep.report import *; print(wilson_lower(990, 1000), nines(1, 10**6))"
+
+Statistics:
+- `wilson_lower`: the Wilson score 95% lower bound on the true exact match, which stays honest
+  for accuracies at or near 100% where the normal approximation claims certainty;
+- `nines`: Quirke's tiers ("at most 1 failure per 10**6 problems = six nines"), counted with
+  integers only so that float rounding can never award a tier.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from datetime import datetime, timezone
+from typing import Any
+
+from arithsweep import __version__
+from arithsweep.errors import ArithsweepError
+
+SUITE = "v1"
+Z95 = 1.959963984540054  # two-sided 95% normal quantile
+
+
+def utc_now() -> str:
+    """The current time as ISO-8601 UTC, to the second (e.g. "2025-01-31T12:00:00+00:00")."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def wilson_lower(correct: int, n: int, z: float = Z95) -> float:
+    """Wilson score lower bound for `correct` successes out of `n` (0.0 when n == 0)."""
+    if n <= 0:
+        return 0.0
+    if not 0 <= correct <= n:
+        raise ArithsweepError(f"wilson_lower: correct={correct} is outside 0..n={n}")
+    p = correct / n
+    z2 = z * z
+    centre = p + z2 / (2 * n)
+    margin = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    # max(): the formula is exactly 0 at correct == 0 but may round to a tiny negative.
+    return max(0.0, (centre - margin) / (1 + z2 / n))
+
+
+def nines(failures: int, n: int) -> int:
+    """Largest k with max(failures, 1) * 10**k <= n: 1 failure in 10**6 = 6; 0 in 10**4 = 4.
+
+    Zero failures count as one so that checking 10**4 problems can never claim more than
+    4 nines, however clean. 0 when n == 0 or failures exceed n.
+    """
+    if n <= 0:
+        return 0
+    unit = max(failures, 1)
+    k = 0  # also the answer when even k = 0 fails (more failures than problems)
+    while unit * 10 ** (k + 1) <= n:
+        k += 1
+    return k
+
+
+@dataclass
+class Bucket:
+    """Problems checked and answered exactly in one slice (a carry class, a length pair...)."""
+
+    n: int
+    correct: int
+
+    @property
+    def exact_match(self) -> float:
+        return self.correct / self.n if self.n else 0.0
+
+    @property
+    def failures(self) -> int:
+        return self.n - self.correct
+
+    def to_dict(self) -> dict[str, int]:
+        return {"n": self.n, "correct": self.correct}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Bucket:
+        return cls(n=int(d["n"]), correct=int(d["correct"]))
+
+    def __post_init__(self) -> None:
+        self.n, self.correct = int(self.n), int(self.correct)
+
+
+def _buckets_to_dict(buckets: dict[str, Bucket]) -> dict[str, dict[str, int]]:
+    return {str(k): b.to_dict() for k, b in buckets.items()}
+
+
+def _buckets_from_dict(d: dict[str, Any]) -> dict[str, Bucket]:
+    return {str(k): v if isinstance(v, Bucket) else Bucket.from_dict(v) for k, v in d.items()}
+
+
+_BUCKET_FIELDS = ("by_carry", "by_lengths", "by_answer_len")
+_SCALARS = {
+    "target": float, "params": int, "exact_match": float, "n_problems": int, "n_failures": int,
+    "nines": int, "wilson_lower": float, "suite_seed": int, "suite_size": int, "seed": int,
+    "steps": int, "wall_time": float,
+}  # fmt: skip
+
+
+def _json_safe(x: Any) -> Any:
+    """x as plain JSON values: numpy/torch scalars via .item(), arrays via .tolist()."""
+
+    def plain(o: Any) -> Any:
+        for attr in ("item", "tolist"):
+            if hasattr(o, attr):
+                return getattr(o, attr)()
+        raise ArithsweepError(f"verification report holds a non-JSON value {o!r}")
+
+    return json.loads(json.dumps(x, default=plain))
+
+
+# kw_only: 30-odd fields are only ever passed by name, and it lets the optional provenance
+# fields (seed, MLflow run, ...) default to None wherever they sit.
+@dataclass(kw_only=True)
+class VerificationReport:
+    """Everything the verifier measured about one checkpoint; JSON-safe via to_dict/from_dict."""
+
+    task: str
+    format: str
+    target: float
+    params: int  # recomputed from the loaded tensors by the verifier, never from metadata
+    exact_match: float
+    n_problems: int
+    n_failures: int
+    failures: list[dict] = field(default_factory=list)  # first few {"problem","expected","got"}
+    nines: int = 0
+    wilson_lower: float = 0.0
+    by_carry: dict[str, Bucket] = field(default_factory=dict)  # "S0".."Sk"
+    by_lengths: dict[str, Bucket] = field(default_factory=dict)  # "3x2": operand digit lengths
+    by_answer_len: dict[str, Bucket] = field(default_factory=dict)
+    suite: str = SUITE
+    suite_seed: int = 0
+    suite_size: int = 0
+    sha256: str
+    checkpoint_path: str  # absolute path of the checkpoint directory
+    architecture: str = ""  # short label like "1L d7 h1 ff14 relu ln tied learned"
+    model_config: dict = field(default_factory=dict)
+    train_config: dict = field(default_factory=dict)
+    seed: int | None = None
+    steps: int | None = None
+    wall_time: float | None = None
+    device: str | None = None
+    mlflow_run_id: str | None = None
+    search_name: str | None = None
+    trial_id: str | None = None
+    reproduce: str = ""  # exact shell command that reproduces the training
+    version: str = __version__
+    verified_at: str = field(default_factory=utc_now)
+
+    def __post_init__(self) -> None:
+        # Accept plain dicts for the buckets so callers (and from_dict) need not wrap them.
+        for name in _BUCKET_FIELDS:
+            setattr(self, name, _buckets_from_dict(getattr(self, name) or {}))
+        # The verifier computes with numpy/torch; their scalars are not JSON (nor SQL) values.
+        for name, kind in _SCALARS.items():
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, kind(value.item() if hasattr(value, "item") else value))
+        for name in ("failures", "model_config", "train_config"):
+            setattr(self, name, _json_safe(getattr(self, name)))
+
+    @property
+    def qualifies(self) -> bool:
+        """True when the verified exact match reaches the target (design: EM >= target)."""
+        return self.exact_match >= self.target
+
+    @property
+    def correct(self) -> int:
+        return self.n_problems - self.n_failures
+
+    def breakdown(self) -> dict[str, dict[str, dict[str, int]]]:
+        """The three bucket maps as plain JSON: {"by_carry": {...}, "by_lengths": ..., ...}."""
+        return {name: _buckets_to_dict(getattr(self, name)) for name in _BUCKET_FIELDS}
+
+    def summary(self) -> str:
+        """One line for logs: task, params, exact match, failures, nines, verdict."""
+        verdict = "qualifies" if self.qualifies else "does not qualify"
+        return (
+            f"{self.task}: {self.params} params, exact match {self.exact_match:.6%} "
+            f"({self.n_failures} failures in {self.n_problems:,}), {self.nines} nines, "
+            f"Wilson lower {self.wilson_lower:.6f}; {verdict} for target {self.target:g}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)  # asdict already turns the Bucket values into {"n", "correct"}
+        for name in _BUCKET_FIELDS:
+            d[name] = _buckets_to_dict(getattr(self, name))
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> VerificationReport:
+        """Inverse of to_dict. Unknown keys are ignored (a newer arithsweep may add fields)."""
+        if not isinstance(d, dict):
+            kind = type(d).__name__
+            raise ArithsweepError(f"a verification report must be a JSON object, not {kind}")
+        known = {f.name for f in fields(cls)}
+        required = {
+            f.name
+            for f in fields(cls)
+            if f.default is MISSING and f.default_factory is MISSING
+        }
+        missing = sorted(required - d.keys())
+        if missing:
+            raise ArithsweepError(f"verification report is missing {', '.join(missing)}")
+        return cls(**{k: v for k, v in d.items() if k in known})
