@@ -1,0 +1,390 @@
+"""The tiny decoder-only transformer family that arithsweep searches over.
+
+`ModelConfig` is the one validated description of an architecture; `ArithTransformer` holds a
+*population* of K independent models of that architecture (every weight has a leading K dim)
+so that K seeds train at the cost of about one; `count_params` counts the unique trainable
+values of one member after tying (fixed encodings count zero).
+
+    from arithsweep.model import ArithTransformer, ModelConfig, count_params
+    model = ArithTransformer(ModelConfig(vocab_size=14, n_ctx=35), k=4, seeds=[0, 1, 2, 3])
+    logits = model(tokens)  # (4, B, T) or (B, T) int64 -> (4, B, T, 14)
+    count_params(model)     # one member's unique parameters
+"""
+
+from __future__ import annotations
+
+import math
+
+# --------------------------------------------------------------------------------------------
+# The population model. Every parameter is (K, ...): member i is p[i]. Projections are stored
+# as W (K, d_in, d_out), but the residual stream runs feature-major, x (K, d, N) with N = B*T
+# (b-major), so each projection is one torch.bmm(W^T, x) with a wide (d_out x N) output: for
+# d ~ 7-16 CPU GEMMs are 2-10x faster that way round than x @ W with its narrow (N x d_out) one.
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from arithsweep.errors import CheckpointError
+from arithsweep.model_config import ACTIVATIONS, NORMS, POSITIONS, ModelConfig
+
+__all__ = ["ACTIVATIONS", "NORMS", "POSITIONS", "ArithTransformer", "ModelConfig",
+           "count_params", "param_breakdown"]
+
+N_DIGITS = 10  # token ids 0..9 are the digits (abacus positions count runs of them)
+_EPS = 1e-5
+
+
+def _table(k: int, *shape: int) -> nn.Parameter:
+    return nn.Parameter(torch.empty(k, *shape))
+
+
+class _Proj(nn.Module):
+    """A (K, d_in, d_out) projection, optionally low rank (W = A @ B) and with a bias."""
+
+    def __init__(self, k: int, d_in: int, d_out: int, rank: int, bias: bool) -> None:
+        super().__init__()
+        self.low_rank = rank > 0
+        if self.low_rank:
+            self.A, self.B = _table(k, d_in, rank), _table(k, rank, d_out)
+        else:
+            self.weight = _table(k, d_in, d_out)
+        self.bias = _table(k, d_out) if bias else None
+
+    def matrix_t(self) -> Tensor:  # W^T (K, d_out, d_in)
+        # Forming W from its factors costs d_in*r*d_out per member, far below one batch's x @ A,
+        # and keeps one big bmm per projection (and lets q/k/v fuse) whatever the rank.
+        w = torch.bmm(self.A, self.B) if self.low_rank else self.weight
+        return w.transpose(1, 2)
+
+
+class _CausalAttention(torch.autograd.Function):
+    """softmax(q^T k * scale + mask) v^T for N = K*B*H tiny problems, all in (d x T) form.
+
+    Written out because CPU GEMMs of these shapes are ~3x slower when the output is a narrow
+    (T x d) matrix than when it is (d x T) or (T x T), and autograd's own bmm backward would
+    produce dq in the narrow form and hand softmax a transposed gradient that it must copy.
+    Here every product, forward and backward, has a (d x T) or (T x T) output (~1.5x faster)."""
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float) -> Tensor:
+        # q, k (N, qk, T), v (N, vh, T), mask (T, T) additive -> o (N, vh, T)
+        p = torch.baddbmm(mask, q.transpose(1, 2), k, alpha=scale).softmax(-1)  # (N, T, T)
+        ctx.save_for_backward(q, k, v, p)
+        ctx.scale = scale
+        return torch.bmm(v, p.transpose(1, 2))
+
+    @staticmethod
+    def backward(ctx, g: Tensor):  # g = d o (N, vh, T)
+        q, k, v, p = ctx.saved_tensors
+        dp = torch.bmm(g.transpose(1, 2), v)  # (N, T, T)
+        dv = torch.bmm(g, p)  # (N, vh, T)
+        ds = torch._softmax_backward_data(dp, p, -1, p.dtype).mul_(ctx.scale)  # (N, T, T)
+        dq = torch.bmm(k, ds.transpose(1, 2))  # (N, qk, T)
+        dk = torch.bmm(q, ds)  # (N, qk, T)
+        return dq, dk, dv, None, None
+
+
+def _lookup(table: Tensor, idx: Tensor) -> Tensor:
+    """Rows of per-member tables, feature-major: table (K, R, d), idx (K, N) -> (K, d, N).
+
+    A one-hot GEMM rather than F.embedding: its output is already feature-major and its backward
+    is a GEMM too, ~2x faster on CPU than embedding's scatter-add (and scatter_ bounds-checks)."""
+    K, R, _ = table.shape
+    hot = torch.zeros(K, R, idx.shape[1], dtype=table.dtype, device=table.device)
+    return torch.bmm(table.transpose(1, 2), hot.scatter_(1, idx.unsqueeze(1), 1.0))
+
+
+def _project(x: Tensor, wt: Tensor, b: Tensor | None) -> Tensor:
+    """W^T x (+ b): x (K, d_in, N), wt (K, d_out, d_in) -> (K, d_out, N); the bias rides in."""
+    return torch.bmm(wt, x) if b is None else torch.baddbmm(b.unsqueeze(2), wt, x)
+
+
+class _Norm(nn.Module):
+    def __init__(self, k: int, d: int, kind: str, bias: bool) -> None:
+        super().__init__()
+        self.kind = kind
+        self.weight = nn.Parameter(torch.empty(k, d))
+        self.bias = nn.Parameter(torch.empty(k, d)) if kind == "layer" and bias else None
+
+    def project(self, x: Tensor, wt: Tensor, b: Tensor | None) -> Tensor:
+        """W^T norm(x) (+ b): x (K, d, N), wt (K, d_out, d) -> (K, d_out, N).
+
+        Every norm feeds a projection, so its per-member affine is folded into that projection's
+        weights, W^T (g * y + beta) = (W^T g) y + W^T beta: d x d_out work instead of two passes
+        over the d x N activations. Normalising over dim 1 (d rows of N) vectorises along N."""
+        if self.kind == "layer":
+            x = x - x.mean(1, keepdim=True)
+        y = x * torch.rsqrt(x.square().mean(1, keepdim=True) + _EPS)  # (K, d, N)
+        if self.bias is not None:
+            shift = torch.bmm(wt, self.bias.unsqueeze(2)).squeeze(2)  # (K, d_out)
+            b = shift if b is None else b + shift
+        return _project(y, wt * self.weight.unsqueeze(1), b)
+
+
+def _normed(norm: _Norm | None, x: Tensor, wt: Tensor, b: Tensor | None) -> Tensor:
+    return _project(x, wt, b) if norm is None else norm.project(x, wt, b)
+
+
+class _Block(nn.Module):
+    def __init__(self, cfg: ModelConfig, k: int) -> None:
+        super().__init__()
+        d, H, r = cfg.d_model, cfg.n_heads, cfg.rank
+        qk, vh, ff, ab, mb = cfg.qk_head, cfg.v_head, cfg.d_ff, cfg.attn_bias, cfg.mlp_bias
+        own_norms = cfg.norm != "none" and not cfg.share_norms
+        nb = cfg.norm_bias
+        self.norm1 = _Norm(k, d, cfg.norm, nb) if own_norms else None
+        self.attn = nn.Module()
+        self.attn.q = _Proj(k, d, H * qk, r, ab)
+        if cfg.tie_kv:
+            self.attn.kv = _Proj(k, d, H * qk, r, ab)
+        else:
+            self.attn.k = _Proj(k, d, H * qk, r, ab)
+            self.attn.v = _Proj(k, d, H * vh, r, ab)
+        self.attn.o = _Proj(k, H * vh, d, r, ab)
+        self.norm2 = _Norm(k, d, cfg.norm, nb) if own_norms and ff else None
+        self.mlp = None
+        if ff:
+            self.mlp = nn.Module()
+            if cfg.activation == "swiglu":
+                self.mlp.gate = _Proj(k, d, ff, r, mb)
+            self.mlp.up = _Proj(k, d, ff, r, mb)
+            self.mlp.down = _Proj(k, ff, d, r, mb)
+
+
+class ArithTransformer(nn.Module):
+    """K independent pre-norm decoder-only transformers of one architecture, packed.
+
+    tokens (K, B, T) or (B, T) int64 -> logits (K, B, T, vocab) float32. Member i is the model
+    whose tensors are `member_state(i)`; members never interact."""
+
+    def __init__(self, cfg: ModelConfig, k: int = 1, generator: torch.Generator | None = None,
+                 seeds: list[int] | None = None) -> None:
+        super().__init__()
+        if not isinstance(k, int) or k < 1:
+            raise ValueError(f"k must be a whole number >= 1, got {k!r}")
+        if seeds is not None and len(seeds) != k:
+            raise ValueError(f"seeds has {len(seeds)} entries for a population of k={k}")
+        self.cfg, self.k = cfg, k
+        d, V = cfg.d_model, cfg.vocab_size
+        self.embed = nn.Module()
+        self.embed.weight = _table(k, V, d)
+        if cfg.pos in ("learned", "abacus"):
+            table = nn.Module()
+            table.weight = _table(k, cfg.n_ctx if cfg.pos == "learned" else cfg.abacus_max, d)
+            setattr(self, "pos" if cfg.pos == "learned" else "abacus", table)
+        self.layers = nn.ModuleList(_Block(cfg, k) for _ in range(cfg.n_layers))
+        self.shared_norm = self.final_norm = None
+        if cfg.norm != "none" and cfg.share_norms:
+            self.shared_norm = _Norm(k, d, cfg.norm, cfg.norm_bias)
+        elif cfg.norm != "none" and cfg.final_norm:
+            self.final_norm = _Norm(k, d, cfg.norm, cfg.norm_bias)
+        if not cfg.tie_embeddings or cfg.unembed_bias:
+            self.unembed = nn.Module()
+            self.unembed.weight = None if cfg.tie_embeddings else _table(k, d, V)
+            self.unembed.bias = _table(k, V) if cfg.unembed_bias else None
+
+        # Fixed tables live in non-persistent buffers: they follow .to(device) but are not state.
+        T = cfg.n_ctx
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        self.register_buffer("mask", torch.zeros(T, T).masked_fill(~causal, float("-inf")),
+                             persistent=False)  # (T, T) additive: 0 on and below the diagonal
+        pos = torch.arange(T, dtype=torch.float64).unsqueeze(1)  # (T, 1)
+        if cfg.pos == "sinusoidal":
+            freq = torch.exp(-math.log(10000.0) * torch.arange(0, d, 2, dtype=torch.float64) / d)
+            pe = torch.zeros(T, d, dtype=torch.float64)
+            pe[:, 0::2] = torch.sin(pos * freq)
+            pe[:, 1::2] = torch.cos(pos * freq[: d // 2])
+            # scaled to the token embeddings' init scale (per-coordinate variance 1/d), so that
+            # for tiny d the fixed positions do not drown the learned token identity
+            pe = (pe * math.sqrt(2.0 / d)).float().T.contiguous()
+            self.register_buffer("sinusoid", pe, persistent=False)  # (d, T)
+        elif cfg.pos == "rope":
+            half = cfg.qk_head // 2
+            inv = cfg.rope_base ** (-torch.arange(half, dtype=torch.float64) / half)
+            ang = (pos * inv).T.float()  # (half, T)
+            self.register_buffer("rope_cos", ang.cos(), persistent=False)
+            self.register_buffer("rope_sin", ang.sin(), persistent=False)
+
+        if self.embed.weight.is_meta:  # built only to be counted (count_params(cfg))
+            return
+        gens = ([torch.Generator().manual_seed(int(s)) for s in seeds] if seeds is not None
+                else [generator] * k)
+        for i, g in enumerate(gens):
+            self._init_member(i, g)
+
+    # ---------------------------------------------------------------------------- init
+    @torch.no_grad()
+    def _init_member(self, i: int, gen: torch.Generator | None) -> None:
+        """Norm weights 1, biases 0, tables and projections normal. Drawn on the CPU in
+        named_parameters order, so member i depends only on its generator (not K or device).
+
+        Tables (embed, pos, abacus, unembed) get std 1/sqrt(d): unit-norm rows, so tied logits
+        (a normed residual dotted with a row) start with std ~1 whatever d is. Projections get
+        1/sqrt(fan_in), which keeps activations O(1) at tiny widths (GPT-2's flat 0.02 trained
+        clearly worse in a 4-seed 3-digit-addition check at d=16); W = A @ B gets 1/sqrt(d_in)
+        and 1/sqrt(r) so W has the full-rank variance; writes into the residual stream (o, down)
+        are scaled by 1/sqrt(2 * depth), as in GPT-2, with depth counting loops."""
+        cfg = self.cfg
+        for name, p in self.named_parameters():
+            shape, parts = tuple(p.shape[1:]), name.split(".")
+            if name.endswith(".bias") or "norm" in name:
+                p[i].fill_(0.0 if name.endswith(".bias") else 1.0)
+                continue
+            std = cfg.d_model ** -0.5 if parts[0] in ("embed", "pos", "abacus", "unembed") \
+                else shape[0] ** -0.5
+            if parts[-2] in ("o", "down") and parts[-1] != "A":
+                std /= math.sqrt(2 * cfg.n_layers * cfg.n_loops)
+            p[i].copy_(torch.empty(shape).normal_(0.0, std, generator=gen))
+
+    # ---------------------------------------------------------------------------- forward
+    def forward(self, tokens: Tensor) -> Tensor:
+        cfg, K = self.cfg, self.k
+        if tokens.dim() == 2:
+            tokens = tokens.unsqueeze(0).expand(K, -1, -1)
+        if tokens.dim() != 3 or tokens.shape[0] != K or tokens.shape[2] > cfg.n_ctx:
+            raise ValueError(f"tokens must be (K={K}, B, T<={cfg.n_ctx}) or (B, T), "
+                             f"got {tuple(tokens.shape)}")
+        _, B, T = tokens.shape
+        d, V = cfg.d_model, cfg.vocab_size
+        tokens = tokens.long()  # a no-op for int64; scatter_ wants int64 indices
+        x0 = _lookup(self.embed.weight, tokens.reshape(K, B * T)).view(K, d, B, T)
+        if cfg.pos == "learned":
+            x0 = x0 + self.pos.weight[:, :T].transpose(1, 2).unsqueeze(2)  # (K, d, 1, T)
+        elif cfg.pos == "sinusoidal":
+            x0 = x0 + self.sinusoid[:, None, :T]  # (d, 1, T)
+        elif cfg.pos == "abacus":
+            idx = self._abacus_index(tokens).clamp_(max=cfg.abacus_max - 1).view(K, B * T)
+            x0 = x0 + _lookup(self.abacus.weight, idx).view(K, d, B, T)
+        x0 = x0.reshape(K, d, B * T)
+        x = x0
+        for loop in range(cfg.n_loops):
+            if loop and cfg.input_injection:
+                x = x + x0
+            for blk in self.layers:
+                x = self._block(blk, x, B, T)
+        # unembedding W^T is the embedding itself when tied: (K, V, d)
+        wt = self.embed.weight if cfg.tie_embeddings else self.unembed.weight.transpose(1, 2)
+        b = self.unembed.bias if cfg.unembed_bias else None
+        last = self.final_norm if self.shared_norm is None else self.shared_norm
+        logits = _normed(last if cfg.final_norm else None, x, wt, b)  # (K, V, B*T)
+        return logits.transpose(1, 2).reshape(K, B, T, V)  # one copy into the caller's layout
+
+    @staticmethod
+    def _abacus_index(tokens: Tensor) -> Tensor:  # (K, B, T) -> (K, B, T)
+        """1-based position of each digit within its run of consecutive digits; 0 elsewhere."""
+        digit = (tokens < N_DIGITS).long()
+        seen = digit.cumsum(-1)  # digits so far, inclusive
+        # digits counted up to the latest non-digit (seen is non-decreasing, so cummax finds it)
+        before = torch.where(digit.bool(), 0, seen).cummax(-1).values
+        return seen - before  # non-digit: seen == before -> 0
+
+    def _block(self, blk: _Block, x: Tensor, B: int, T: int) -> Tensor:  # x (K, d, B*T)
+        cfg, K = self.cfg, self.k
+        H, qk, vh = cfg.n_heads, cfg.qk_head, cfg.v_head
+        norm1 = self.shared_norm if blk.norm1 is None else blk.norm1
+        a = blk.attn
+        kv = a.kv if cfg.tie_kv else None
+        projs = (a.q, kv) if kv is not None else (a.q, a.k, a.v)
+        # q, k, v from one fused bmm: the weights are tiny, the activations are not
+        wt = torch.cat([p.matrix_t() for p in projs], dim=1)
+        b = torch.cat([p.bias for p in projs], dim=1) if cfg.attn_bias else None
+        qkv = _normed(norm1, x, wt, b)  # (K, H*(2qk+vh), B*T), H*2qk when k = v
+
+        def heads(t: Tensor, w: int) -> Tensor:  # (K, H*w, B*T) -> (K*B*H, w, T)
+            return t.view(K, H, w, B, T).permute(0, 3, 1, 2, 4).reshape(K * B * H, w, T)
+
+        # split, not slicing: its backward is one cat instead of a zero-filled copy per slice
+        parts = qkv.split(H * qk if kv is not None else [H * qk, H * qk, H * vh], dim=1)
+        q, k = heads(parts[0], qk), heads(parts[1], qk)
+        v = k if kv is not None else heads(parts[2], vh)
+        if cfg.pos == "rope":
+            q, k = self._rope(q), self._rope(k)
+        o = _CausalAttention.apply(q, k, v, self.mask[:T, :T], qk ** -0.5)  # (K*B*H, vh, T)
+        o = o.view(K, B, H * vh, T).transpose(1, 2).reshape(K, H * vh, B * T)
+        x = torch.baddbmm(x, a.o.matrix_t(), o)  # residual add rides in the bmm
+        if a.o.bias is not None:
+            x = x + a.o.bias.unsqueeze(2)
+        if blk.mlp is None:
+            return x
+        norm2 = self.shared_norm if blk.norm2 is None else blk.norm2
+        m = blk.mlp
+        if cfg.activation == "swiglu":
+            wt = torch.cat([m.gate.matrix_t(), m.up.matrix_t()], dim=1)
+            b = torch.cat([m.gate.bias, m.up.bias], dim=1) if cfg.mlp_bias else None
+            g, u = _normed(norm2, x, wt, b).chunk(2, dim=1)  # (K, ff, B*T) each
+            h = F.silu(g) * u
+        else:
+            h = _normed(norm2, x, m.up.matrix_t(), m.up.bias)  # (K, ff, B*T)
+            h = F.relu(h) if cfg.activation == "relu" else F.gelu(h)
+        x = torch.baddbmm(x, m.down.matrix_t(), h)
+        return x if m.down.bias is None else x + m.down.bias.unsqueeze(2)
+
+    def _rope(self, x: Tensor) -> Tensor:  # (N, qk, T), rotate-half convention
+        T, half = x.shape[-1], x.shape[1] // 2
+        c, s = self.rope_cos[:, :T], self.rope_sin[:, :T]  # (half, T)
+        x1, x2 = x[:, :half], x[:, half:]
+        return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=1)
+
+    # ---------------------------------------------------------------------------- members
+    def member_state(self, i: int) -> dict[str, Tensor]:
+        """Member i's parameters without the K dim, as contiguous clones."""
+        self._check_member(i)
+        return {n: p.detach()[i].clone().contiguous() for n, p in self.named_parameters()}
+
+    @torch.no_grad()
+    def load_member_state(self, i: int, state: dict[str, Tensor]) -> None:
+        """Inverse of member_state; checks every name and shape before writing anything."""
+        self._check_member(i)
+        params = dict(self.named_parameters())
+        missing = [n for n in params if n not in state]
+        extra = [n for n in state if n not in params]
+        if missing or extra:
+            kind, name = ("missing", missing[0]) if missing else ("unexpected", extra[0])
+            raise CheckpointError(f"member state: {kind} tensor {name!r} "
+                                  f"(config: {self.cfg.summary()})")
+        for name, t in state.items():
+            want = tuple(params[name].shape[1:])
+            got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
+            if got != want:
+                raise CheckpointError(f"member state: tensor {name!r} has shape {got}, "
+                                      f"the config needs {want}")
+        for name, t in state.items():
+            params[name][i].copy_(t)
+
+    @classmethod
+    def from_member_state(cls, cfg: ModelConfig, state: dict[str, Tensor]) -> ArithTransformer:
+        # a private generator: building a model to load into must not move the global RNG
+        model = cls(cfg, k=1, generator=torch.Generator().manual_seed(0))
+        model.load_member_state(0, state)
+        return model
+
+    def _check_member(self, i: int) -> None:
+        if not 0 <= i < self.k:
+            raise IndexError(f"member {i} out of range for a population of k={self.k}")
+
+
+# -------------------------------------------------------------------------------- counting
+def _shapes_of(model_or_cfg: ArithTransformer | ModelConfig) -> list[tuple[str, tuple[int, ...]]]:
+    if isinstance(model_or_cfg, ModelConfig):
+        with torch.device("meta"):  # shapes without memory or init, from the one source
+            model_or_cfg = ArithTransformer(model_or_cfg)
+    # from the tensors themselves (verification must not trust the config); a tied tensor is
+    # one Parameter, which named_parameters() yields once
+    return [(n, tuple(p.shape[1:])) for n, p in model_or_cfg.named_parameters()]
+
+
+def param_breakdown(model_or_cfg: ArithTransformer | ModelConfig) -> list[tuple[str, int]]:
+    """Unique trainable values of one member per component, e.g. ("layer0.attn.q", 49)."""
+    out: dict[str, int] = {}
+    for name, shape in _shapes_of(model_or_cfg):
+        comp = name.rsplit(".", 1)[0]  # drop weight / bias / A / B
+        if comp.startswith("layers."):
+            _, idx, rest = comp.split(".", 2)
+            comp = f"layer{idx}.{rest}"
+        out[comp] = out.get(comp, 0) + math.prod(shape)
+    return list(out.items())
+
+
+def count_params(model_or_cfg: ArithTransformer | ModelConfig) -> int:
+    """Unique trainable values of ONE member after tying; fixed encodings count zero."""
+    return sum(n for _, n in param_breakdown(model_or_cfg))
