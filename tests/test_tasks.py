@@ -269,7 +269,7 @@ def test_parse_and_format_problem():
 
 def test_bad_arguments_are_config_errors():
     task = get_task("add3")
-    with pytest.raises(ConfigError, match="uniform\\|carry"):
+    with pytest.raises(ConfigError, match="uniform\\|values\\|carry"):
         task.sample(4, gen(), mode="nines")
     with pytest.raises(ConfigError, match="train\\|holdout"):
         task.sample(4, gen(), split="test")

@@ -1,0 +1,202 @@
+"""Checkpoints: one model as safetensors weights + a JSON config, never pickle.
+
+A checkpoint is a directory:
+
+    model.safetensors   one member's tensors, keys = ArithTransformer parameter names, no seed dim
+    config.json         {"format": "arithsweep-checkpoint", "format_version": 1, "task": "add3",
+                         "format_name": "pad,revans,fwdops,delim", "model": {ModelConfig},
+                         "train": {TrainConfig} | null, "metrics": {...}, "meta": {...},
+                         "weights_sha256": "<hex of model.safetensors>"}
+
+Third-party checkpoints in this format load the same way (`train`, `metrics`, `meta` and
+`weights_sha256` are optional). Loading checks the file is safetensors, the hash, and every
+tensor's name and shape against the config; it never unpickles anything.
+
+    from arithsweep.checkpoint import load_checkpoint
+    ck = load_checkpoint("runs/add3/best")   # ck.model, ck.task, ck.sha256 …
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from arithsweep import __version__
+from arithsweep.errors import ArithsweepError, CheckpointError
+from arithsweep.model import ArithTransformer, ModelConfig, count_params
+from arithsweep.tasks import Task, get_task
+from arithsweep.train_config import TrainConfig
+
+WEIGHTS = "model.safetensors"
+CONFIG = "config.json"
+FORMAT = "arithsweep-checkpoint"
+FORMAT_VERSION = 1
+MAX_HEADER = 100 * 1024 * 1024  # safetensors caps its JSON header at 100 MB
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@dataclass
+class Checkpoint:
+    path: Path  # the checkpoint directory, absolute
+    model: ArithTransformer  # k = 1
+    model_cfg: ModelConfig
+    task: Task
+    train_cfg: TrainConfig | None
+    sha256: str  # of model.safetensors
+    params: int  # unique parameters recomputed from the loaded tensors
+    metrics: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def save_checkpoint(
+    path: str | Path,
+    model: ArithTransformer,
+    task: Task,
+    member: int = 0,
+    train_cfg: TrainConfig | None = None,
+    metrics: dict[str, Any] | None = None,
+    meta: dict[str, Any] | None = None,
+) -> str:
+    """Write member `member` of `model` to directory `path`; returns the weights' sha256."""
+    path = Path(path).absolute()
+    path.mkdir(parents=True, exist_ok=True)
+    state = model.member_state(member)
+    tmp = path / (WEIGHTS + ".tmp")
+    save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, str(tmp))
+    os.replace(tmp, path / WEIGHTS)
+    digest = sha256_file(path / WEIGHTS)
+    doc = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "arithsweep_version": __version__,
+        "task": task.name,
+        "format_name": task.fmt.name,
+        "model": model.cfg.to_dict(),
+        "train": train_cfg.to_dict() if train_cfg else None,
+        "metrics": metrics or {},
+        "meta": {**(meta or {}), "params": count_params(model)},
+        "weights_sha256": digest,
+    }
+    _atomic_write(path / CONFIG, json.dumps(doc, indent=2, sort_keys=True).encode())
+    return digest
+
+
+def _resolve_dir(path: str | Path) -> Path:
+    p = Path(path).expanduser().absolute()
+    if p.is_file() and p.name in (WEIGHTS, CONFIG):
+        p = p.parent
+    if not p.exists():
+        raise CheckpointError(f"checkpoint {p}: no such file or directory")
+    if not p.is_dir():
+        raise CheckpointError(
+            f"checkpoint {p}: expected a directory holding {WEIGHTS} and {CONFIG}"
+        )
+    for name in (WEIGHTS, CONFIG):
+        if not (p / name).is_file():
+            raise CheckpointError(f"checkpoint {p}: missing {name}")
+    return p
+
+
+def _check_safetensors_header(path: Path) -> None:
+    """Reject anything that is not a safetensors file before handing it to the parser."""
+    with open(path, "rb") as f:
+        head = f.read(9)
+    size = path.stat().st_size
+    if len(head) < 9:
+        raise CheckpointError(f"checkpoint {path}: not a safetensors file (too short)")
+    (n,) = struct.unpack("<Q", head[:8])
+    if n > MAX_HEADER or 8 + n > size or head[8:9] != b"{":
+        raise CheckpointError(
+            f"checkpoint {path}: not a safetensors file (pickled .pt/.bin files are never loaded)"
+        )
+
+
+def _read_config(d: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads((d / CONFIG).read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"checkpoint {d}: {CONFIG} is not valid JSON ({e})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("model"), dict) or "task" not in doc:
+        raise CheckpointError(f"checkpoint {d}: {CONFIG} needs at least 'task' and 'model'")
+    if doc.get("format", FORMAT) != FORMAT or doc.get("format_version", 1) > FORMAT_VERSION:
+        raise CheckpointError(
+            f"checkpoint {d}: unsupported format {doc.get('format')!r} "
+            f"version {doc.get('format_version')!r}"
+        )
+    return doc
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> Checkpoint:
+    """Load and check a checkpoint directory; any problem is one CheckpointError line."""
+    d = _resolve_dir(path)
+    doc = _read_config(d)
+    try:
+        task = get_task(str(doc["task"]), doc.get("format_name"))
+        cfg = ModelConfig.from_dict(doc["model"])
+        train_cfg = TrainConfig.from_dict(doc["train"]) if doc.get("train") else None
+    except (ArithsweepError, TypeError) as e:
+        raise CheckpointError(f"checkpoint {d}: {e}") from None
+    if cfg.vocab_size != task.vocab_size:
+        raise CheckpointError(
+            f"checkpoint {d}: model vocab_size {cfg.vocab_size} does not match task "
+            f"{task.name} ({task.vocab_size} tokens)"
+        )
+    if cfg.n_ctx < task.n_ctx:
+        raise CheckpointError(
+            f"checkpoint {d}: model n_ctx {cfg.n_ctx} is shorter than task {task.name} needs "
+            f"({task.n_ctx})"
+        )
+    weights = d / WEIGHTS
+    _check_safetensors_header(weights)
+    digest = sha256_file(weights)
+    claimed = doc.get("weights_sha256")
+    if claimed is not None and claimed != digest:
+        raise CheckpointError(
+            f"checkpoint {d}: {WEIGHTS} does not match the sha256 in {CONFIG} "
+            "(the weights were changed or corrupted)"
+        )
+    try:
+        state = load_file(str(weights), device=str(map_location))
+    except (SafetensorError, OSError, RuntimeError, ValueError) as e:
+        raise CheckpointError(f"checkpoint {d}: corrupt {WEIGHTS} ({e})") from None
+    model = ArithTransformer.from_member_state(cfg, state)
+    # the count comes from the tensors actually loaded, never from metadata
+    params = sum(t.numel() for t in state.values())
+    if params != count_params(model):
+        raise CheckpointError(
+            f"checkpoint {d}: tensors hold {params} values but the config's model has "
+            f"{count_params(model)} parameters"
+        )
+    meta = doc.get("meta") or {}
+    claimed_params = meta.get("params")
+    if claimed_params is not None and claimed_params != params:
+        raise CheckpointError(
+            f"checkpoint {d}: metadata claims {claimed_params} parameters but the weights "
+            f"hold {params}"
+        )
+    return Checkpoint(
+        path=d, model=model.to(map_location), model_cfg=cfg, task=task, train_cfg=train_cfg,
+        sha256=digest, params=params, metrics=doc.get("metrics") or {}, meta=meta,
+    )

@@ -1,0 +1,133 @@
+"""What `arithsweep train`, `ask` and `params` do, as plain functions returning JSON-safe dicts.
+
+The CLI parses and prints; these functions do the work, so they are also the Python API:
+
+    from arithsweep.jobs import train_job
+    from arithsweep.configs import build_configs
+    task, m, t = build_configs("add3", None, None, {})
+    print(train_job(task, m, t, out="runs/add3")["final_exact_match"])
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from arithsweep.checkpoint import load_checkpoint
+from arithsweep.evaluate import exact_match, greedy_decode
+from arithsweep.model import ArithTransformer, ModelConfig, count_params, param_breakdown
+from arithsweep.tasks import Task
+from arithsweep.train import EvalPoint, TrainResult, train
+from arithsweep.train_config import TrainConfig
+
+FULL_EVAL_MAX = 10**6  # tasks up to this size are checked on every problem after training
+FULL_EVAL_SAMPLE = 200_000  # otherwise on this many held-out problems
+
+
+def final_problems(task: Task) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, str]:
+    if task.n_problems <= FULL_EVAL_MAX:
+        return (*task.enumerate_all(), f"all {task.n_problems:,} problems")
+    gen = torch.Generator().manual_seed(0xF1A1)
+    return (*task.sample(FULL_EVAL_SAMPLE, gen, "uniform", split="holdout"),
+            f"{FULL_EVAL_SAMPLE:,} held-out problems")
+
+
+def _progress(enabled: bool):
+    """A Rich progress bar on stderr when it is a terminal; None (silent) when piped."""
+    if not enabled or not sys.stderr.isatty():
+        return None
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                    TextColumn("{task.completed}/{task.total} steps"),
+                    TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
+                    console=Console(stderr=True), transient=True)
+
+
+def train_job(
+    task: Task,
+    model_cfg: ModelConfig,
+    train_cfg: TrainConfig,
+    out: str | Path,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Train, check the best seed on the full problem set (or a large held-out sample), save."""
+    bar = _progress(progress)
+    handle = None
+
+    def on_step(step: int, total: int) -> None:
+        if bar is not None and step % 10 == 0:
+            bar.update(handle, completed=step, total=total)
+
+    def on_eval(p: EvalPoint, r: TrainResult) -> None:
+        if bar is not None:
+            em = " ".join(f"{e:.3f}" for e in p.exact_match)
+            bar.update(handle, completed=p.step,
+                       status=f"best EM {p.best_em:.4f}  seeds [{em}]  loss {min(p.loss):.4f}")
+
+    t0 = time.perf_counter()
+    if bar is not None:
+        bar.start()
+        handle = bar.add_task(f"{task.name} x{train_cfg.seeds} seeds",
+                              total=train_cfg.steps + train_cfg.restart_steps, status="")
+    try:
+        result = train(task, model_cfg, train_cfg, on_eval=on_eval, on_step=on_step)
+    finally:
+        if bar is not None:
+            bar.stop()
+    best = result.best_model().to(next(result.model.parameters()).device)
+    a, b, op, what = final_problems(task)
+    t_eval = time.perf_counter()
+    final = float(exact_match(best, task, a, b, op).float().mean())
+    eval_s = time.perf_counter() - t_eval
+    out = Path(out).absolute()
+    sha = result.save_best(out, meta={"final_exact_match": final, "final_problems": what})
+    last = result.history[-1] if result.history else None
+    return {
+        "task": task.name, "format": task.fmt.name, "params": result.params,
+        "architecture": model_cfg.summary(), "seeds": train_cfg.seeds,
+        "seed_exact_match": last.exact_match if last else [],
+        "failed_seeds": [i for i, f in enumerate(result.failed) if f],
+        "best_seed": train_cfg.seed + result.best_seed, "eval_exact_match": result.best_em,
+        "final_exact_match": final, "final_problems": what, "target": train_cfg.target,
+        "reached_target": final >= train_cfg.target,
+        "steps": result.steps, "stop_reason": result.stop_reason,
+        "train_seconds": round(result.wall_time, 2), "eval_seconds": round(eval_s, 2),
+        "wall_seconds": round(time.perf_counter() - t0, 2),
+        "examples_per_s": round(result.examples_per_s), "device": result.device,
+        "checkpoint": str(out), "sha256": sha,
+        "model": model_cfg.to_dict(), "train": train_cfg.to_dict(),
+    }
+
+
+def ask_job(checkpoint: str | Path, problems: list[str]) -> dict[str, Any]:
+    """The model's greedy answer to each problem, the true answer, right or wrong."""
+    ck = load_checkpoint(checkpoint)
+    task = ck.task
+    parsed = [task.parse_problem(p) for p in problems]
+    a = torch.tensor([p[0] for p in parsed], dtype=torch.long)
+    b = torch.tensor([p[1] for p in parsed], dtype=torch.long)
+    op = torch.tensor([p[2] for p in parsed], dtype=torch.long)
+    got = greedy_decode(ck.model, task, a, b, op) if parsed else []
+    truth = task.answer(a, b, op).tolist() if parsed else []
+    rows = [{"problem": task.format_problem(*p), "answer": g, "expected": t, "correct": g == t}
+            for p, g, t in zip(parsed, got, truth)]
+    return {"checkpoint": str(ck.path), "task": task.name, "params": ck.params,
+            "correct": sum(r["correct"] for r in rows), "total": len(rows), "results": rows}
+
+
+def params_job(task: Task, model_cfg: ModelConfig) -> dict[str, Any]:
+    """Unique parameter count with a per-component breakdown, without training."""
+    model = ArithTransformer(model_cfg, k=1)
+    return {
+        "task": task.name, "format": task.fmt.name, "params": count_params(model),
+        "vocab_size": task.vocab_size, "n_ctx": task.n_ctx,
+        "vocab": list(task.vocab), "architecture": model_cfg.summary(),
+        "breakdown": [{"component": c, "params": n} for c, n in param_breakdown(model)],
+        "model": model_cfg.to_dict(),
+    }

@@ -1,0 +1,310 @@
+"""The packed trainer: K seeds of one architecture trained at once, at about the cost of one.
+
+Every weight of `ArithTransformer` carries a leading seed dimension, so one forward/backward
+and one AdamW step move all K models; each seed has its own data stream, its own gradient clip
+and its own NaN guard (a seed whose loss goes non-finite is marked failed, the rest go on).
+Seed i of a pack is `cfg.seed + i` for both init and data, so it trains the same whether it
+runs alone or in a pack. Loss is on answer tokens only; exact match of every seed is measured
+every `eval_every` steps on held-out problems that the training stream never draws.
+
+    from arithsweep.train import train
+    result = train(get_task("add3"), model_cfg, TrainConfig(seeds=4))
+    result.save_best("runs/add3/best")
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from arithsweep.checkpoint import save_checkpoint
+from arithsweep.errors import ConfigError
+from arithsweep.evaluate import exact_match, position_accuracy
+from arithsweep.model import ArithTransformer, ModelConfig, count_params
+from arithsweep.report import wilson_lower
+from arithsweep.tasks import Task
+from arithsweep.train_config import TrainConfig
+
+DATA_CHUNK_STEPS = 32  # batches sampled per call: amortises sampling overhead over many steps
+EVAL_SEED = 0x5EED_E7A1  # the held-out evaluation set is the same for every run of a task
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device {name!r}: CUDA is not available on this machine")
+    return torch.device(name)
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warmup, cosine to a floor; an optional second (restart) pass of the same shape."""
+    floor = cfg.lr * cfg.min_lr_ratio
+    if step >= cfg.steps and cfg.restart_steps:
+        s, n, warm = step - cfg.steps, cfg.restart_steps, min(cfg.warmup, cfg.restart_steps // 10)
+    else:
+        s, n, warm = step, cfg.steps, cfg.warmup
+    if s < warm:
+        return cfg.lr * (s + 1) / warm
+    t = min(1.0, (s - warm) / max(1, n - warm))
+    return floor + 0.5 * (cfg.lr - floor) * (1 + math.cos(math.pi * t))
+
+
+@dataclass
+class EvalPoint:
+    step: int
+    exact_match: list[float]  # per seed, on the held-out evaluation set (nan for failed seeds)
+    loss: list[float]  # per seed, training loss averaged since the previous evaluation
+    best_em: float  # max over live seeds
+    lr: float
+    elapsed: float  # seconds since training started
+    examples: int  # training problems seen, all seeds together
+    position_acc: list[list[float]] = field(default_factory=list)  # (K, answer_len)
+
+
+@dataclass
+class TrainResult:
+    task: Task
+    model_cfg: ModelConfig
+    train_cfg: TrainConfig
+    model: ArithTransformer  # the whole population after the last step
+    params: int  # unique parameters of one member
+    device: str
+    history: list[EvalPoint] = field(default_factory=list)
+    failed: list[bool] = field(default_factory=list)  # per seed: loss went non-finite
+    best_seed: int = 0  # index into the pack of the best evaluation so far
+    best_em: float = 0.0
+    best_step: int = 0
+    best_state: dict[str, torch.Tensor] = field(default_factory=dict)  # that member's weights then
+    steps: int = 0
+    wall_time: float = 0.0
+    examples: int = 0
+    stopped_early: bool = False
+    stop_reason: str = ""
+
+    @property
+    def examples_per_s(self) -> float:
+        return self.examples / self.wall_time if self.wall_time > 0 else 0.0
+
+    def best_model(self) -> ArithTransformer:
+        """The best member as a k=1 model, at its best evaluation."""
+        state = self.best_state or self.model.member_state(self.best_seed)
+        return ArithTransformer.from_member_state(self.model_cfg, state)
+
+    def save_best(self, path: str | Path, meta: dict[str, Any] | None = None) -> str:
+        metrics = {"eval_exact_match": self.best_em, "best_step": self.best_step,
+                   "steps": self.steps, "wall_time": round(self.wall_time, 3)}
+        info = {"seed": self.train_cfg.seed + self.best_seed, "seed_index": self.best_seed,
+                "steps": self.steps, "wall_time": round(self.wall_time, 3),
+                "device": self.device, **(meta or {})}
+        return save_checkpoint(path, self.best_model(), self.task, 0, self.train_cfg,
+                               metrics, info)
+
+
+class _DataStream:
+    """Per-seed training batches, sampled DATA_CHUNK_STEPS steps at a time."""
+
+    def __init__(self, task: Task, cfg: TrainConfig, device: torch.device):
+        self.task, self.cfg, self.device = task, cfg, device
+        self.gens = [torch.Generator().manual_seed(1_000_003 * (cfg.seed + i) + 17)
+                     for i in range(cfg.seeds)]
+        self.buf: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.pos = DATA_CHUNK_STEPS
+
+    def _max_len(self, step: int) -> int | None:
+        c = self.cfg.curriculum_steps
+        if not c or step >= c:
+            return None
+        return max(1, min(self.task.n_digits, 1 + (self.task.n_digits * step) // c))
+
+    def _sample_member(self, gen: torch.Generator, n: int, max_len: int | None):
+        cfg, task = self.cfg, self.task
+        if cfg.sampling != "mixed":
+            return task.sample(n, gen, cfg.sampling, max_len, split="train")
+        n_carry = int(round(n * cfg.carry_frac))
+        n_values = (n - n_carry) // 2
+        parts = [task.sample(n - n_carry - n_values, gen, "uniform", max_len, split="train"),
+                 task.sample(n_values, gen, "values", max_len, split="train"),
+                 task.sample(n_carry, gen, "carry", max_len, split="train")]
+        return tuple(torch.cat([p[i] for p in parts]) for i in range(3))
+
+    def _refill(self, step: int) -> None:
+        B, n = self.cfg.batch_size, self.cfg.batch_size * DATA_CHUNK_STEPS
+        toks, masks = [], []
+        for gen in self.gens:
+            a, b, op = self._sample_member(gen, n, self._max_len(step))
+            perm = torch.randperm(n, generator=gen)  # mix carry and uniform rows across steps
+            t, m = self.task.encode(a[perm], b[perm], op[perm])  # (n, T), (n, T-1)
+            toks.append(t.view(DATA_CHUNK_STEPS, B, -1))
+            masks.append(m.view(DATA_CHUNK_STEPS, B, -1))
+        # (S, K, B, T) so that one step's batch is a contiguous slice
+        self.buf = (torch.stack(toks, 1).to(self.device), torch.stack(masks, 1).to(self.device))
+        self.pos = 0
+
+    def next(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.pos >= DATA_CHUNK_STEPS:
+            self._refill(step)
+        assert self.buf is not None
+        i, self.pos = self.pos, self.pos + 1
+        return self.buf[0][i], self.buf[1][i]  # (K, B, T), (K, B, T-1)
+
+
+def eval_problems(task: Task, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The held-out evaluation set, the same for every run of a task: half uniform over the
+    problem space (what the final check and verification mostly see), half uniform over operand
+    lengths (so short operands count too)."""
+    gen = torch.Generator().manual_seed(EVAL_SEED)
+    half = n // 2
+    parts = [task.sample(half, gen, "values", split="holdout"),
+             task.sample(n - half, gen, "uniform", split="holdout")]
+    return tuple(torch.cat([p[i] for p in parts]) for i in range(3))
+
+
+def micro_batches(cfg: TrainConfig, device: torch.device) -> int:
+    """How many pieces each step's batch is split into (see TrainConfig.micro_batch)."""
+    per_call = cfg.micro_batch or (1024 if device.type == "cpu" else 0)
+    if not per_call:
+        return 1
+    return max(1, min(cfg.batch_size, (cfg.seeds * cfg.batch_size) // per_call))
+
+
+def reached(em: float, n: int, target: float) -> bool:
+    """Early stop only when the Wilson 95% lower bound of the measured exact match clears the
+    target, so a small evaluation set cannot stop a model that is not there yet (for a target
+    of 1.0, which no finite sample can bound, every evaluation problem must be right)."""
+    return em >= target and wilson_lower(round(em * n), n) >= min(target, wilson_lower(n, n))
+
+
+def _loss_fn(model: ArithTransformer, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per-seed mean cross entropy over answer tokens: (K,)."""
+    logits = model(tokens[..., :-1])  # (K, B, T-1, V)
+    ce = F.cross_entropy(logits.flatten(0, 2), tokens[..., 1:].flatten(), reduction="none")
+    ce = ce.view(mask.shape) * mask  # (K, B, T-1)
+    return ce.sum((1, 2)) / mask.sum((1, 2)).clamp(min=1)
+
+
+def _make_optimizer(model: ArithTransformer, cfg: TrainConfig) -> torch.optim.Optimizer:
+    # decay matrices only; a (K, d) norm gain or bias pulled toward 0 just fights the model
+    decay = [p for p in model.parameters() if p.dim() >= 3]
+    rest = [p for p in model.parameters() if p.dim() < 3]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
+              {"params": rest, "weight_decay": 0.0}]
+    kw = {"lr": cfg.lr, "betas": (cfg.beta1, cfg.beta2), "eps": 1e-8}
+    try:
+        return torch.optim.AdamW(groups, fused=True, **kw)
+    except (RuntimeError, TypeError):
+        return torch.optim.AdamW(groups, foreach=True, **kw)
+
+
+@torch.no_grad()
+def _clip_and_guard(model: ArithTransformer, clip: float, alive: torch.Tensor) -> None:
+    """Per-seed global-norm clipping; dead seeds' gradients zeroed so they stay inert."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    k = alive.numel()
+    sq = torch.stack([g.reshape(k, -1).pow(2).sum(1) for g in grads]).sum(0)  # (K,)
+    scale = alive.float()
+    if clip > 0:
+        scale = scale * (clip / (sq.sqrt() + 1e-6)).clamp(max=1.0)
+    for g in grads:
+        g.nan_to_num_(0.0, 0.0, 0.0).mul_(scale.view(-1, *([1] * (g.dim() - 1))))
+
+
+def train(
+    task: Task,
+    model_cfg: ModelConfig,
+    cfg: TrainConfig,
+    on_eval: Callable[[EvalPoint, TrainResult], bool | None] | None = None,
+    on_step: Callable[[int, int], None] | None = None,
+) -> TrainResult:
+    """Train cfg.seeds seeds of `model_cfg` on `task`. `on_eval` may return True to stop."""
+    if model_cfg.vocab_size != task.vocab_size or model_cfg.n_ctx < task.n_ctx:
+        raise ConfigError(
+            f"model config vocab_size={model_cfg.vocab_size}, n_ctx={model_cfg.n_ctx} does not "
+            f"fit task {task.name} (vocab_size={task.vocab_size}, n_ctx={task.n_ctx})"
+        )
+    device = resolve_device(cfg.device)
+    K = cfg.seeds
+    model = ArithTransformer(model_cfg, k=K, seeds=[cfg.seed + i for i in range(K)]).to(device)
+    opt = _make_optimizer(model, cfg)
+    loss_fn = _loss_fn
+    if cfg.compile:
+        loss_fn = torch.compile(_loss_fn, dynamic=False)
+    data = _DataStream(task, cfg, device)
+    ea, eb, eop = eval_problems(task, cfg.eval_size)
+    result = TrainResult(task=task, model_cfg=model_cfg, train_cfg=cfg, model=model,
+                         params=count_params(model), device=str(device), failed=[False] * K)
+    alive = torch.ones(K, dtype=torch.bool, device=device)
+    n_micro = micro_batches(cfg, device)
+    loss_sum = torch.zeros(K, dtype=torch.float64, device=device)
+    loss_n = 0
+    total = cfg.steps + cfg.restart_steps
+    t0 = time.perf_counter()
+    step = 0
+    while step < total:
+        model.train()
+        lr = lr_at(step, cfg)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        tokens, mask = data.next(step)  # (K, B, T), (K, B, T-1)
+        opt.zero_grad(set_to_none=False)
+        losses = torch.zeros(K, device=device)
+        for t_mb, m_mb in zip(tokens.chunk(n_micro, 1), mask.chunk(n_micro, 1)):
+            mb = loss_fn(model, t_mb, m_mb) * (t_mb.shape[1] / cfg.batch_size)  # (K,)
+            # a seed that is already dead contributes nothing (its NaN would poison the sum)
+            torch.where(alive, mb, torch.zeros_like(mb)).sum().backward()
+            losses += mb.detach()
+        alive &= torch.isfinite(losses)
+        _clip_and_guard(model, cfg.grad_clip, alive)
+        opt.step()
+        loss_sum += torch.where(alive, losses.detach().double(), 0.0)
+        loss_n += 1
+        step += 1
+        result.examples += K * cfg.batch_size
+        if on_step is not None:
+            on_step(step, total)
+        if step % cfg.eval_every and step != total:
+            continue
+        # ---- evaluation: the only host sync besides sampling ----
+        result.failed = (~alive).tolist()
+        ok = exact_match(model, task, ea, eb, eop).float().mean(1)  # (K,)
+        em = [float("nan") if result.failed[i] else float(ok[i]) for i in range(K)]
+        live = [e for e in em if not math.isnan(e)]
+        point = EvalPoint(
+            step=step, exact_match=em, loss=(loss_sum / max(1, loss_n)).tolist(),
+            best_em=max(live) if live else 0.0, lr=lr,
+            elapsed=time.perf_counter() - t0, examples=result.examples,
+            position_acc=position_accuracy(model, task, ea[:2048], eb[:2048], eop[:2048]).tolist(),
+        )
+        loss_sum.zero_()
+        loss_n = 0
+        result.history.append(point)
+        # ties go to the newer weights: at equal held-out accuracy they have trained longer
+        if (live and point.best_em >= result.best_em) or not result.best_state:
+            i = max(range(K), key=lambda j: -1.0 if math.isnan(em[j]) else em[j])
+            result.best_seed, result.best_em, result.best_step = i, max(live, default=0.0), step
+            result.best_state = model.member_state(i)
+        result.steps, result.wall_time = step, time.perf_counter() - t0
+        stop = bool(on_eval(point, result)) if on_eval is not None else False
+        if not live:
+            result.stopped_early, result.stop_reason = True, "every seed failed (non-finite loss)"
+        elif cfg.early_stop and reached(point.best_em, ea.numel(), cfg.target):
+            result.stopped_early, result.stop_reason = step < total, "reached target"
+        elif cfg.time_budget and point.elapsed >= cfg.time_budget:
+            result.stopped_early, result.stop_reason = True, "time budget"
+        elif stop:
+            result.stopped_early, result.stop_reason = True, "stopped by caller"
+        else:
+            continue
+        break
+    result.steps, result.wall_time = step, time.perf_counter() - t0
+    result.failed = (~alive).tolist()
+    if not result.stop_reason:
+        result.stop_reason = "step budget"
+    return result
