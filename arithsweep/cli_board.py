@@ -1,0 +1,149 @@
+"""Leaderboard commands: `verify`, `leaderboard`, `show`, `export`.
+
+`leaderboard` and `show` import neither torch nor ray nor mlflow (they read SQLite through
+SQLAlchemy only), so they answer in well under a second; `verify` and `export --adderboard`
+load weights and import torch inside the command.
+
+    arithsweep verify runs/add3/best --record
+    arithsweep leaderboard --task add3
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from arithsweep.cli import DB_HELP, _json, app, err, out
+from arithsweep.errors import ArithsweepError
+
+
+def _open(db: str | None, create: bool):
+    from arithsweep.leaderboard import open_db
+
+    return open_db(db, create=create)
+
+
+@app.command()
+def verify(
+    checkpoint: Path = typer.Argument(..., help="checkpoint directory (safetensors + config.json)"),
+    target: float = typer.Option(0.99, "--target", help="exact match needed to qualify, in (0, 1]"),
+    record: bool = typer.Option(False, "--record", help="add a qualifying result to the leaderboard"),
+    db: str = typer.Option(None, "--db", help=DB_HELP),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Verify a checkpoint with suite v1 (params and exact match from the weights alone)."""
+    if not 0 < target <= 1:
+        raise ArithsweepError(f"--target {target}: must be in (0, 1]")
+    board = _open(db, create=True) if record else None  # a bad --db fails before the long run
+    from arithsweep.verify import verify as run_verify
+
+    if as_json or not sys.stderr.isatty():
+        report = run_verify(checkpoint, target)
+    else:
+        from rich.progress import Progress
+
+        with Progress(console=err, transient=True) as bar:
+            h = bar.add_task("verifying", total=None)
+            report = run_verify(checkpoint, target,
+                                progress=lambda d, n: bar.update(h, completed=d, total=n))
+    entry = None
+    if record and report.qualifies:
+        entry, created = board.record(report)
+    res = {**report.to_dict(), "qualifies": report.qualifies,
+           "entry_id": entry["id"] if entry else None}
+    if as_json:
+        _json(res)
+    else:
+        from arithsweep.tables import report_detail
+
+        out.print(report_detail(report))
+        verdict = "[green]qualifies[/]" if report.qualifies else "[red]does not qualify[/]"
+        out.print(f"{report.summary().split(';')[0]}; {verdict} for target {target:g}")
+        if entry:
+            out.print(f"recorded as leaderboard entry {entry['id']} "
+                      f"({'new' if created else 'updated'}) in {board.where}")
+    if record and not report.qualifies:
+        raise ArithsweepError(
+            f"not recorded: exact match {report.exact_match:.6f} is below the target {target:g}")
+
+
+@app.command()
+def leaderboard(
+    task: str = typer.Option(None, "--task", "-t", help="only this task, e.g. add10"),
+    target: float = typer.Option(None, "--target", help="only entries verified at >= this exact match"),
+    limit: int = typer.Option(None, "--limit", "-n", help="at most N rows"),
+    all_rows: bool = typer.Option(False, "--all", help="every entry, not one best row per task"),
+    db: str = typer.Option(None, "--db", help=DB_HELP),
+    as_json: bool = typer.Option(False, "--json"),
+    as_csv: bool = typer.Option(False, "--csv"),
+    as_md: bool = typer.Option(False, "--markdown"),
+) -> None:
+    """Verified results, fewest parameters first."""
+    if sum((as_json, as_csv, as_md)) > 1:
+        raise ArithsweepError("choose one of --json, --csv, --markdown")
+    from arithsweep import tables
+
+    board = _open(db, create=False)
+    rows = board.query(task=task, target=target, limit=limit, all=all_rows)
+    if as_json:
+        sys.stdout.write(tables.to_json(rows) + "\n")
+    elif as_csv:
+        sys.stdout.write(tables.to_csv(rows))
+    elif as_md:
+        sys.stdout.write(tables.to_markdown(rows))
+    elif not rows:
+        err.print(f"no entries in {board.where}"
+                  + (f" for {task}" if task else "")
+                  + " (add one: arithsweep verify CHECKPOINT --record)")
+    else:
+        out.print(tables.rich_table(rows, title=f"arithsweep leaderboard · {board.where}"))
+
+
+@app.command()
+def show(
+    entry: str = typer.Argument(..., help="entry id or sha256 prefix"),
+    db: str = typer.Option(None, "--db", help=DB_HELP),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Everything about one entry: configs, breakdowns, checkpoint, MLflow run, reproduce command."""
+    from arithsweep import tables
+
+    row = _open(db, create=False).get(entry)
+    if as_json:
+        _json(row)
+    else:
+        out.print(tables.entry_detail(row))
+
+
+@app.command()
+def export(
+    entry: str = typer.Argument(None, help="entry id or sha256 prefix (with --adderboard)"),
+    adderboard: Path = typer.Option(None, "--adderboard", help="write an AdderBoard submission .py"),
+    markdown: Path = typer.Option(None, "--markdown", help="write the leaderboard table as markdown"),
+    all_rows: bool = typer.Option(False, "--all", help="with --markdown: every entry"),
+    db: str = typer.Option(None, "--db", help=DB_HELP),
+) -> None:
+    """Export an entry as an AdderBoard submission, or the leaderboard as markdown."""
+    if (adderboard is None) == (markdown is None):
+        raise ArithsweepError("choose one of --adderboard FILE.py (with an ENTRY) or --markdown FILE.md")
+    board = _open(db, create=False)
+    if markdown is not None:
+        from arithsweep import tables
+
+        rows = board.query(all=all_rows)
+        markdown.parent.mkdir(parents=True, exist_ok=True)
+        markdown.write_text(tables.to_markdown(rows, title="arithsweep leaderboard"))
+        out.print(f"wrote {len(rows)} rows to {markdown}")
+        return
+    if entry is None:
+        raise ArithsweepError("--adderboard needs an ENTRY id, e.g. arithsweep export 1 --adderboard sub.py")
+    if adderboard.suffix != ".py":
+        raise ArithsweepError(f"--adderboard {adderboard}: the submission must be a .py file")
+    from arithsweep.export import export_adderboard
+
+    row = board.get(entry)
+    written = export_adderboard(row, adderboard)
+    out.print(f"wrote {adderboard} and {', '.join(str(p) for p in written)}; check it with "
+              f"AdderBoard's verify.py {adderboard}")

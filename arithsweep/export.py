@@ -1,0 +1,165 @@
+"""Export a leaderboard entry as a self-contained AdderBoard submission file.
+
+AdderBoard's `verify.py` imports a submission, calls `build_model()` -> `(model, metadata)`,
+counts the model's unique parameters itself and calls `add(model, a, b) -> int`. The file we
+write embeds the exact source of arithsweep's model config, tasks and model modules (so it runs
+without arithsweep installed and cannot drift from the verified model), copies the checkpoint
+next to itself, checks the weights' sha256 and loads them with safetensors: no pickle.
+
+    arithsweep export 3 --adderboard submissions/add10_91.py
+    python AdderBoard/verify.py submissions/add10_91.py
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from arithsweep import __version__
+from arithsweep.errors import ArithsweepError
+
+_IMPORT_OURS = re.compile(r"^from arithsweep(\.\w+)* import .*$|^import arithsweep.*$", re.M)
+_FUTURE = re.compile(r"^from __future__ import annotations\s*$", re.M)
+
+_SUBMISSION = '''
+# ---------------------------------------------------------------- the submission
+import hashlib as _hashlib
+import json as _json
+import pathlib as _pathlib
+
+_WEIGHTS_DIR = _pathlib.Path(__file__).resolve().parent / {weights_dir!r}
+
+
+def build_model():
+    """AdderBoard entry point: (model, metadata). Weights via safetensors, never pickle."""
+    from safetensors.torch import load_file
+
+    doc = _json.loads((_WEIGHTS_DIR / "config.json").read_text())
+    blob = (_WEIGHTS_DIR / "model.safetensors").read_bytes()
+    if _hashlib.sha256(blob).hexdigest() != {sha256!r}:
+        raise RuntimeError("model.safetensors does not match the exported sha256")
+    cfg = ModelConfig.from_dict(doc["model"])
+    state = load_file(str(_WEIGHTS_DIR / "model.safetensors"))
+    model = ArithTransformer.from_member_state(cfg, state)
+    model.eval()
+    model.arith_task = get_task(doc["task"], doc.get("format_name"))
+    return model, dict({metadata!r})
+
+
+@torch.inference_mode()
+def add(model, a, b):
+    """a + b by generic greedy decoding (one token at a time, argmax, no answer-length tricks
+    beyond the task's own maximum); -1 when the operands are outside the task's range."""
+    task = model.arith_task
+    limit = 10 ** task.n_digits
+    if not (0 <= a < limit and 0 <= b < limit):
+        return -1
+    prompt = task.encode_prompt(torch.tensor([a]), torch.tensor([b]), torch.tensor([0]))[0]
+    seq, out = list(prompt), []
+    eos = task.vocab.index("<eos>") if "<eos>" in task.vocab else None
+    for _ in range(task.answer_len):
+        nxt = int(model(torch.tensor([seq]))[0, 0, -1].argmax())
+        out.append(nxt)
+        if nxt == eos or len(seq) >= task.n_ctx:
+            break
+        seq.append(nxt)
+    got = task.decode_answer(out)
+    return -1 if got is None else int(got)
+
+
+if _STAND_IN:
+    del _sys.modules[__name__]
+'''
+
+
+def _module_source(mod: Any) -> str:
+    src = inspect.getsource(mod)
+    src = _FUTURE.sub("", src)
+    return _IMPORT_OURS.sub("", src)
+
+
+def submission_source(row: dict[str, Any], weights_dir: str, author: str = "arithsweep") -> str:
+    """The text of the submission file for a leaderboard row (an addition task)."""
+    from arithsweep import errors, model, model_config, tasks
+
+    metadata = {
+        "name": f"arithsweep {row['task']} #{row['id']}",
+        "author": author,
+        "params": int(row["params"]),
+        "architecture": row.get("architecture", ""),
+        "tricks": _tricks(row.get("model_config") or {}),
+        "verified_exact_match": row.get("exact_match"),
+        "problems_checked": row.get("n_problems"),
+        "suite": row.get("suite"),
+    }
+    header = (
+        f'"""AdderBoard submission exported by arithsweep {__version__} from leaderboard entry '
+        f"{row['id']}:\n{row['task']}, {row['params']} unique parameters, verified exact match "
+        f"{row.get('exact_match')} on {row.get('n_problems')} problems (suite "
+        f"{row.get('suite')}).\nSelf-contained: the model and task code below are arithsweep's "
+        f'own, embedded verbatim; weights load from {weights_dir}/ via safetensors."""\n\n'
+        "from __future__ import annotations\n\n"
+        "import sys as _sys\n"
+        "import types as _types\n\n"
+        "# AdderBoard imports submissions with spec_from_file_location without registering them;\n"
+        "# dataclasses need the defining module in sys.modules, so stand one in while loading.\n"
+        "_STAND_IN = __name__ not in _sys.modules\n"
+        "if _STAND_IN:\n"
+        "    _sys.modules[__name__] = _types.ModuleType(__name__)\n"
+    )
+    parts = [header, "# ---------------------------------------------------------------- errors",
+             _module_source(errors),
+             "# ---------------------------------------------------------------- model config",
+             _module_source(model_config),
+             "# ---------------------------------------------------------------- tasks",
+             _module_source(tasks),
+             "# ---------------------------------------------------------------- model",
+             _module_source(model),
+             _SUBMISSION.format(weights_dir=weights_dir, sha256=row["sha256"], metadata=metadata)]
+    return "\n".join(parts)
+
+
+def _tricks(cfg: dict[str, Any]) -> list[str]:
+    t = []
+    if cfg.get("tie_embeddings"):
+        t.append("tied embeddings")
+    if cfg.get("rank"):
+        t.append(f"low-rank projections (r={cfg['rank']})")
+    if cfg.get("tie_kv"):
+        t.append("tied K=V")
+    if cfg.get("share_norms"):
+        t.append("shared norms")
+    if cfg.get("pos") in ("rope", "sinusoidal", "abacus", "none"):
+        t.append(f"{cfg['pos']} positions")
+    if (cfg.get("n_loops") or 1) > 1:
+        t.append(f"looped x{cfg['n_loops']}")
+    if cfg.get("activation") == "swiglu":
+        t.append("swiglu")
+    return t
+
+
+def export_adderboard(row: dict[str, Any], dest: str | Path) -> list[Path]:
+    """Write `dest` (.py) and copy the checkpoint to `<stem>_weights/` beside it."""
+    if not str(row.get("task", "")).startswith("add"):
+        raise ArithsweepError(
+            f"entry {row.get('id')} is a {row.get('task')} model: AdderBoard takes addition only")
+    src = Path(row["checkpoint_path"])
+    for name in ("model.safetensors", "config.json"):
+        if not (src / name).is_file():
+            raise ArithsweepError(f"entry {row['id']}: checkpoint file {src / name} is missing")
+    from arithsweep.checkpoint import sha256_file
+
+    if sha256_file(src / "model.safetensors") != row["sha256"]:
+        raise ArithsweepError(
+            f"entry {row['id']}: {src / 'model.safetensors'} changed since it was verified")
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    weights = dest.parent / f"{dest.stem}_weights"
+    weights.mkdir(exist_ok=True)
+    for name in ("model.safetensors", "config.json"):
+        shutil.copyfile(src / name, weights / name)
+    dest.write_text(submission_source(row, weights.name))
+    return [weights]
