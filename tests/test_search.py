@@ -1,0 +1,266 @@
+"""The search driver end to end: real Ray (local, 2 CPUs), real Optuna, MLflow and leaderboard
+SQLite files, all under tmp_path. One Ray instance serves the whole module (run_search joins
+an initialised Ray and leaves it running).
+
+    .venv/bin/python -m pytest tests/test_search.py -q
+
+The search tests are marked slow (about 2.5 minutes together on 2 busy cores); the option
+and plot checks at the bottom are fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from arithsweep.errors import ConfigError
+from arithsweep.search import SearchOptions
+
+REPO = Path(__file__).resolve().parent.parent
+
+# d_model 16, 2 heads, d_ff 32, lr 0.01, batch 128 passes 90% on add2 in ~900 steps for every
+# seed tried; the space varies d_ff so the study has something to minimise.
+SPACE_OK = """
+name: test-add2
+model:
+  n_layers: 1
+  d_model: 16
+  n_heads: 2
+  d_ff: {choice: [32, 48]}
+train:
+  steps: 1500
+  lr: 0.01
+  warmup: 50
+  batch_size: 128
+  seeds: 2
+  eval_every: 100
+  eval_size: 1024
+"""
+
+# Short runs that never reach the target; d_model 12 with 5 heads is an invalid sample.
+SPACE_SHORT = """
+name: test-short
+model:
+  n_layers: 1
+  d_model: {choice: [10, 12]}
+  n_heads: 5
+  d_ff: 16
+train:
+  steps: 200
+  lr: 0.01
+  batch_size: 64
+  seeds: 1
+  eval_every: 100
+  eval_size: 512
+"""
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    import ray
+
+    if ray.is_initialized():  # another module's instance: share it, leave it running
+        yield ray
+        return
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
+    yield ray
+    ray.shutdown()
+
+
+def _space(tmp_path: Path, text: str) -> str:
+    p = tmp_path / "space.yaml"
+    p.write_text(text)
+    return str(p)
+
+
+def _opts(tmp_path: Path, **kw) -> SearchOptions:
+    base = dict(task="add2", target=0.9, cpus_per_trial=1, root=str(tmp_path / "searches"),
+                db_url=f"sqlite:///{tmp_path / 'lb.db'}", seed=0)
+    return SearchOptions(**{**base, **kw})
+
+
+def _study(summary):
+    import optuna
+
+    return optuna.load_study(study_name=summary.study_name, storage=summary.study_storage)
+
+
+def _trial_runs(summary):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(summary.mlflow_uri)
+    runs = client.search_runs([summary.mlflow_experiment_id], filter_string=(
+        f"tags.`arithsweep.search` = '{summary.name}' and tags.`arithsweep.kind` = 'trial'"))
+    return client, runs
+
+
+@pytest.mark.slow
+def test_search_finds_verifies_and_records(ray_local, tmp_path):
+    from arithsweep.leaderboard import open_db
+    from arithsweep.search import run_search
+
+    events: list[dict] = []
+    s = run_search(_opts(tmp_path, space=_space(tmp_path, SPACE_OK), trials=4, name="a",
+                         train_target=0.97, n_verify=2, asha_grace=5), on_update=events.append)
+
+    assert s.n_trials == 4 and s.n_errored == 0
+    assert s.n_feasible >= 1
+    assert s.best is not None and s.best["entry_id"] is not None
+    assert s.best["verified_em"] >= 0.9
+    assert Path(s.dir) == tmp_path / "searches" / "a"
+    assert json.loads((Path(s.dir) / "summary.json").read_text())["n_trials"] == 4
+    assert Path(s.plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert s.frontier and all(a[0] < b[0] and a[1] < b[1]
+                              for a, b in zip(s.frontier, s.frontier[1:], strict=False))
+
+    # Optuna: every trial told, with the exact-match constraint; best = smallest feasible
+    study = _study(s)
+    assert len(study.trials) == 4
+    assert all("exact_match" in t.constraints for t in study.trials)
+    feasible = [t for t in study.trials if t.constraints["exact_match"] <= 0]
+    assert len(feasible) == s.n_feasible
+    assert study.best_trial.value == min(t.value for t in feasible)
+
+    # MLflow: one finished run per trial, params, curves stepped by training step, artifact
+    client, runs = _trial_runs(s)
+    assert len(runs) == 4
+    assert {r.data.tags["arithsweep.trial_id"] for r in runs} == {t["trial_id"] for t in s.trials}
+    assert all(r.info.status == "FINISHED" for r in runs)
+    run = next(r for r in runs if r.info.run_id == s.verified[0]["mlflow_run_id"])
+    assert run.data.params["model.d_model"] == "16" and run.data.params["task"] == "add2"
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "best_em")]
+    assert steps[0] == 100 and steps == sorted(steps)
+    assert {f.path for f in client.list_artifacts(run.info.run_id)} == {"checkpoint"}
+    assert run.data.tags["arithsweep.verified"] == "true"
+
+    # leaderboard: the verified entry carries the search's metadata
+    rows = open_db(f"sqlite:///{tmp_path / 'lb.db'}").query(task="add2", all=True)
+    mine = [r for r in rows if r["search_name"] == "a"]
+    assert mine and mine[0]["mlflow_run_id"] in {r.info.run_id for r in runs}
+    assert mine[0]["trial_id"] in {t["trial_id"] for t in s.trials}
+
+    # live view: every trial started, reported and completed
+    kinds = {(e["event"], e["trial_id"]) for e in events}
+    for t in s.trials:
+        assert {("start", t["trial_id"]), ("complete", t["trial_id"])} <= kinds
+    assert any(e["event"] == "result" and e["architecture"].startswith("1L d16")
+               for e in events)
+
+
+@pytest.mark.slow
+def test_crashing_and_invalid_trials_do_not_end_the_search(ray_local, tmp_path):
+    from arithsweep.search import run_search
+
+    s = run_search(_opts(tmp_path, space=_space(tmp_path, SPACE_SHORT), trials=4, name="b",
+                         n_verify=1, fail_when={"trial_number": 0}))
+    assert s.n_trials == 4 and s.n_errored == 1 and s.n_feasible == 0 and s.best is None
+    crashed = next(t for t in s.trials if t["errored"])
+    assert "injected failure" in crashed["error"]
+    for t in s.trials:  # 12 is not divisible by 5 heads: infeasible, reported, no crash
+        if not t["errored"]:
+            assert t["invalid_config"] == (t["config"]["model.d_model"] == 12)
+
+    study = _study(s)
+    states = {t.user_attrs["tune_trial_id"]: t for t in study.trials}
+    assert states[crashed["trial_id"]].state.name == "FAIL"
+    assert all(t.state.name == "COMPLETE" for k, t in states.items() if k != crashed["trial_id"])
+    assert all(t.constraints["exact_match"] > 0 for t in study.trials)
+
+    _, runs = _trial_runs(s)
+    by_trial = {r.data.tags["arithsweep.trial_id"]: r for r in runs}
+    assert len(by_trial) == 4
+    assert by_trial[crashed["trial_id"]].info.status == "FAILED"
+    assert "injected failure" in by_trial[crashed["trial_id"]].data.tags["arithsweep.error"]
+
+
+@pytest.mark.slow
+def test_resume_continues_the_experiment_and_the_study(ray_local, tmp_path):
+    from arithsweep.search import run_search
+
+    space = _space(tmp_path, SPACE_SHORT.replace("{choice: [10, 12]}", "10"))
+    first = run_search(_opts(tmp_path, space=space, trials=2, name="c", n_verify=0))
+    assert first.n_trials == 2 and len(_study(first).trials) == 2
+    exp = Path(first.dir) / "tune"
+    tuner_pkl = (exp / "tuner.pkl").read_bytes()
+
+    with pytest.raises(ConfigError, match="already exists"):
+        run_search(_opts(tmp_path, space=space, trials=4, name="c"))
+    with pytest.raises(ConfigError, match="target"):
+        run_search(_opts(tmp_path, trials=4, resume="c", target=0.5))
+
+    again = run_search(SearchOptions(resume="c", trials=4, root=str(tmp_path / "searches"),
+                                     n_verify=0))
+    assert again.n_trials == 4 and again.task == "add2" and again.target == 0.9
+    study = _study(again)
+    assert len(study.trials) == 4 and [t.number for t in study.trials] == [0, 1, 2, 3]
+    first_ids = {t["trial_id"] for t in first.trials}
+    assert first_ids < {t["trial_id"] for t in again.trials}  # the old trials are kept
+    assert (exp / "tuner.pkl").read_bytes() == tuner_pkl  # same Tune experiment, restored
+    assert len(list(exp.glob("experiment_state-*.json"))) == 2
+    assert len(list(exp.glob("trial_*"))) == 4
+    client, runs = _trial_runs(again)
+    assert len(runs) == 4
+    parents = client.search_runs([again.mlflow_experiment_id], filter_string=(
+        "tags.`arithsweep.search` = 'c' and tags.`arithsweep.kind` = 'search'"))
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+
+
+@pytest.mark.slow
+def test_time_budget_ends_the_search_cleanly(ray_local, tmp_path):
+    from arithsweep.search import run_search
+
+    space = _space(tmp_path, SPACE_SHORT.replace("{choice: [10, 12]}", "10"))
+    s = run_search(_opts(tmp_path, space=space, trials=50, name="d", n_verify=0,
+                         time_budget=12))
+    assert 1 <= s.n_trials < 50 and s.wall_time < 60
+    study = _study(s)
+    assert len(study.trials) == s.n_trials
+    assert not [t for t in study.trials if t.state.name == "RUNNING"]
+    _, runs = _trial_runs(s)
+    assert runs and all(r.info.status != "RUNNING" for r in runs)
+
+
+# ---- fast checks -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"task": None}, "--task is required"),
+    ({"target": 0.0}, "target"),
+    ({"target": 1.5}, "target"),
+    ({"trials": 0}, "trials"),
+    ({"cpus_per_trial": 0}, "cpus_per_trial"),
+    ({"gpus_per_trial": -1}, "gpus_per_trial"),
+    ({"time_budget": -1}, "time_budget"),
+    ({"name": "a/b"}, "plain directory name"),
+    ({"name": "x", "resume": "y"}, "not both"),
+])
+def test_bad_options_are_one_clear_error(kw, match):
+    with pytest.raises(ConfigError, match=match):
+        SearchOptions(**{"task": "add2", **kw})
+
+
+def test_resume_of_an_unknown_search_is_a_clear_error(tmp_path):
+    from arithsweep.search import run_search
+
+    with pytest.raises(ConfigError, match="cannot resume 'nope'"):
+        run_search(SearchOptions(resume="nope", root=str(tmp_path)))
+
+
+def test_plot_and_frontier(tmp_path):
+    from arithsweep.plots import frontier, plot_params_vs_em
+
+    rows = [{"params": 500, "best_em": 0.2, "feasible": False, "errored": False},
+            {"params": 800, "best_em": 0.95, "feasible": True, "errored": False},
+            {"params": 900, "best_em": 0.9, "feasible": True, "errored": False},
+            {"params": 700, "best_em": 0.0, "feasible": False, "errored": True},
+            {"params": 0, "best_em": 0.0, "feasible": False, "errored": False}]
+    assert frontier(rows) == [(500, 0.2), (800, 0.95)]
+    out = plot_params_vs_em(rows, 0.9, tmp_path / "p.png", title="t")
+    assert out and Path(out).stat().st_size > 1000
+    assert plot_params_vs_em([], 0.9, tmp_path / "q.png") is None
