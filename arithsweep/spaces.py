@@ -119,7 +119,7 @@ def _specs_of(cls: type) -> dict[str, _FieldSpec]:
 
 def _section_class(section: str) -> type:
     if section == "model":
-        from arithsweep.model import ModelConfig  # imports torch (below the dataclass)
+        from arithsweep.model_config import ModelConfig
         return ModelConfig
     if section == "train":
         from arithsweep.train_config import TrainConfig
@@ -306,7 +306,7 @@ class Space:
             for section in ("train", "format"):
                 _section_class(section)(**dict(cfg.get(section, {})))
             if vocab_size is not None and n_ctx is not None:
-                from arithsweep.model import ModelConfig
+                from arithsweep.model_config import ModelConfig
                 ModelConfig(vocab_size=vocab_size, n_ctx=n_ctx, **dict(cfg.get("model", {})))
         except ConfigError as e:
             raise ConfigError(f"search space {self.name}: sample is invalid: {e}") from None
