@@ -32,6 +32,11 @@ def _chunks(n: int, size: int) -> Iterator[slice]:
         yield slice(start, min(n, start + size))
 
 
+def answer_start(task: Task) -> int:
+    """First input position that can predict an answer token (fixed when padded)."""
+    return task.prompt_len - 1 if task.fmt.pad else 0
+
+
 def chunk_size(model: torch.nn.Module, task: Task) -> int:
     return max(256, DEFAULT_CHUNK_TOKENS // (task.seq_len * max(1, model.k)))
 
@@ -53,8 +58,9 @@ def exact_match(
     for s in _chunks(a.numel(), chunk):
         tokens, mask = task.encode(a[s], b[s], op[s])  # (n, T), (n, T-1)
         tokens, mask = tokens.to(dev), mask.to(dev)
-        pred = model(tokens[:, :-1]).argmax(-1)  # (K, n, T-1)
-        ok = (pred == tokens[:, 1:]) | ~mask  # (K, n, T-1)
+        p0 = answer_start(task)  # earlier positions predict no answer token
+        pred = model(tokens[:, :-1], from_pos=p0).argmax(-1)  # (K, n, T-1-p0)
+        ok = (pred == tokens[:, p0 + 1:]) | ~mask[:, p0:]  # (K, n, T-1-p0)
         out.append(ok.all(-1).cpu())
     return torch.cat(out, dim=1) if out else torch.zeros(model.k, 0, dtype=torch.bool)
 

@@ -237,7 +237,9 @@ class ArithTransformer(nn.Module):
             p[i].copy_(torch.empty(shape).normal_(0.0, std, generator=gen))
 
     # ---------------------------------------------------------------------------- forward
-    def forward(self, tokens: Tensor) -> Tensor:
+    def forward(self, tokens: Tensor, from_pos: int = 0) -> Tensor:
+        """tokens (K, B, T) or (B, T) -> logits (K, B, T - from_pos, V): positions before
+        `from_pos` are not unembedded (training and exact match only need answer positions)."""
         cfg, K = self.cfg, self.k
         if tokens.dim() == 2:
             tokens = tokens.unsqueeze(0).expand(K, -1, -1)
@@ -266,6 +268,9 @@ class ArithTransformer(nn.Module):
         wt = self.embed.weight if cfg.tie_embeddings else self.unembed.weight.transpose(1, 2)
         b = self.unembed.bias if cfg.unembed_bias else None
         last = self.final_norm if self.shared_norm is None else self.shared_norm
+        if from_pos:
+            T = T - from_pos
+            x = x.view(K, d, B, -1)[..., from_pos:].reshape(K, d, B * T)
         logits = _normed(last if cfg.final_norm else None, x, wt, b)  # (K, V, B*T)
         return logits.transpose(1, 2).reshape(K, B, T, V)  # one copy into the caller's layout
 

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from arithsweep.checkpoint import save_checkpoint
 from arithsweep.errors import ConfigError
-from arithsweep.evaluate import exact_match, position_accuracy
+from arithsweep.evaluate import answer_start, exact_match, position_accuracy
 from arithsweep.model import ArithTransformer, ModelConfig, count_params
 from arithsweep.report import wilson_lower
 from arithsweep.tasks import Task
@@ -182,11 +182,14 @@ def reached(em: float, n: int, target: float) -> bool:
     return em >= target and wilson_lower(round(em * n), n) >= min(target, wilson_lower(n, n))
 
 
-def _loss_fn(model: ArithTransformer, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Per-seed mean cross entropy over answer tokens: (K,)."""
-    logits = model(tokens[..., :-1])  # (K, B, T-1, V)
-    ce = F.cross_entropy(logits.flatten(0, 2), tokens[..., 1:].flatten(), reduction="none")
-    ce = ce.view(mask.shape) * mask  # (K, B, T-1)
+def _loss_fn(model: ArithTransformer, tokens: torch.Tensor, mask: torch.Tensor,
+             start: int = 0) -> torch.Tensor:
+    """Per-seed mean cross entropy over answer tokens: (K,). Input positions before `start`
+    never predict an answer token, so they are not unembedded at all."""
+    logits = model(tokens[..., :-1], from_pos=start)  # (K, B, T-1-start, V)
+    target, mask = tokens[..., start + 1:], mask[..., start:]
+    ce = F.cross_entropy(logits.flatten(0, 2), target.flatten(), reduction="none")
+    ce = ce.view(mask.shape) * mask  # (K, B, T-1-start)
     return ce.sum((1, 2)) / mask.sum((1, 2)).clamp(min=1)
 
 
@@ -242,6 +245,7 @@ def train(
                          params=count_params(model), device=str(device), failed=[False] * K)
     alive = torch.ones(K, dtype=torch.bool, device=device)
     n_micro = micro_batches(cfg, device)
+    start = answer_start(task)
     loss_sum = torch.zeros(K, dtype=torch.float64, device=device)
     loss_n = 0
     total = cfg.steps + cfg.restart_steps
@@ -256,7 +260,7 @@ def train(
         opt.zero_grad(set_to_none=False)
         losses = torch.zeros(K, device=device)
         for t_mb, m_mb in zip(tokens.chunk(n_micro, 1), mask.chunk(n_micro, 1)):
-            mb = loss_fn(model, t_mb, m_mb) * (t_mb.shape[1] / cfg.batch_size)  # (K,)
+            mb = loss_fn(model, t_mb, m_mb, start) * (t_mb.shape[1] / cfg.batch_size)  # (K,)
             # a seed that is already dead contributes nothing (its NaN would poison the sum)
             torch.where(alive, mb, torch.zeros_like(mb)).sum().backward()
             losses += mb.detach()
