@@ -83,7 +83,7 @@ def _module_source(mod: Any) -> str:
 
 def submission_source(row: dict[str, Any], weights_dir: str, author: str = "arithsweep") -> str:
     """The text of the submission file for a leaderboard row (an addition task)."""
-    from arithsweep import errors, model, model_config, tasks
+    from arithsweep import dictconfig, errors, model, model_config, tasks
 
     metadata = {
         "name": f"arithsweep {row['task']} #{row['id']}",
@@ -112,6 +112,7 @@ def submission_source(row: dict[str, Any], weights_dir: str, author: str = "arit
     )
     parts = [header, "# ---------------------------------------------------------------- errors",
              _module_source(errors),
+             _module_source(dictconfig),
              "# ---------------------------------------------------------------- model config",
              _module_source(model_config),
              "# ---------------------------------------------------------------- tasks",

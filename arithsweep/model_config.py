@@ -10,9 +10,10 @@ configuration without importing torch; `arithsweep.model` builds the network fro
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from dataclasses import dataclass
+from typing import ClassVar
 
+from arithsweep.dictconfig import DictConfig
 from arithsweep.errors import ConfigError
 
 ACTIVATIONS = ("relu", "gelu", "swiglu")
@@ -21,7 +22,9 @@ POSITIONS = ("learned", "sinusoidal", "rope", "abacus", "none")
 
 
 @dataclass
-class ModelConfig:
+class ModelConfig(DictConfig):
+    _label: ClassVar[str] = "model config"
+
     vocab_size: int  # from the task; token ids 0..9 are always the digits
     n_ctx: int  # longest input the model sees (learned position table size)
     n_layers: int = 1
@@ -106,17 +109,6 @@ class ModelConfig:
     @property
     def v_head(self) -> int:
         return self.d_vhead if self.d_vhead is not None else self.d_model // self.n_heads
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ConfigError(f"model config: unknown field(s) {', '.join(unknown)}")
-        return cls(**d)
 
     def summary(self) -> str:
         """A short architecture label for tables, e.g. `1L d7 h1 ff14 relu ln tied learned`."""

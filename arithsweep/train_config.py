@@ -6,16 +6,19 @@ validate a training config without importing torch.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from dataclasses import dataclass
+from typing import ClassVar
 
+from arithsweep.dictconfig import DictConfig
 from arithsweep.errors import ConfigError
 
 SAMPLINGS = ("uniform", "values", "carry", "mixed")
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(DictConfig):
+    _label: ClassVar[str] = "train config"
+
     steps: int = 3000  # optimiser steps of the first cosine pass (early stop may end sooner)
     batch_size: int = 128  # problems per step *per seed*
     lr: float = 3e-3  # peak learning rate after warmup
@@ -72,13 +75,3 @@ class TrainConfig:
         need(isinstance(self.device, str) and (self.device in ("auto", "cpu")
              or self.device.startswith("cuda")), "device", "must be auto, cpu, cuda or cuda:N")
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ConfigError(f"train config: unknown field(s) {', '.join(unknown)}")
-        return cls(**d)
