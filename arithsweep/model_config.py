@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
 
 from arithsweep.dictconfig import DictConfig
 from arithsweep.errors import ConfigError
@@ -23,7 +22,7 @@ POSITIONS = ("learned", "sinusoidal", "rope", "abacus", "none")
 
 @dataclass
 class ModelConfig(DictConfig):
-    _label: ClassVar[str] = "model config"
+    _label = "model config"  # unannotated: a class attribute, not a dataclass field
 
     vocab_size: int  # from the task; token ids 0..9 are always the digits
     n_ctx: int  # longest input the model sees (learned position table size)

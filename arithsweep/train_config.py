@@ -7,7 +7,6 @@ validate a training config without importing torch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from arithsweep.dictconfig import DictConfig
 from arithsweep.errors import ConfigError
@@ -17,7 +16,7 @@ SAMPLINGS = ("uniform", "values", "carry", "mixed")
 
 @dataclass
 class TrainConfig(DictConfig):
-    _label: ClassVar[str] = "train config"
+    _label = "train config"  # unannotated: a class attribute, not a dataclass field
 
     steps: int = 3000  # optimiser steps of the first cosine pass (early stop may end sooner)
     batch_size: int = 128  # problems per step *per seed*
