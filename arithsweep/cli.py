@@ -94,7 +94,7 @@ def train(
         f"parameters [bold]{res['params']}[/] · best seed {res['best_seed']} exact match "
         f"[bold]{res['final_exact_match']:.5f}[/] on {res['final_problems']} ({ok} target "
         f"{res['target']}) · {res['steps']} steps ({res['stop_reason']}) · "
-        f"train {res['train_seconds']}s + check {res['eval_seconds']}s · "
+        f"train {res['train_seconds']}s + full checks {res['check_seconds']}s · "
         f"{res['examples_per_s']:,} examples/s on {res['device']}\n"
         f"checkpoint {res['checkpoint']}"
     )

@@ -27,7 +27,7 @@ DEFAULT_MODEL: dict[str, Any] = {
 }
 DEFAULT_TRAIN: dict[str, Any] = {
     "steps": 3000, "batch_size": 128, "lr": 1e-2, "warmup": 50, "seeds": 4,
-    "eval_every": 100, "eval_size": 2048,
+    "eval_every": 100, "eval_size": 4096,
 }
 CONFIG_SECTIONS = ("task", "format", "model", "train")
 
