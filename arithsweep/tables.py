@@ -181,9 +181,11 @@ def entry_detail(row: dict[str, Any]) -> Any:
     failures = row.get("failures") or []
     if failures:
         lines = [f"{f.get('problem')} = {f.get('expected')}, got {f.get('got')}" for f in failures]
-        parts.append(Panel(Text("\n".join(lines)), title="First failures", title_align="left"))
+        parts.append(Panel(Text("\n".join(lines)), title="First failures",
+                           title_align="left", expand=False))
     if row.get("reproduce"):
-        parts.append(Panel(Text(row["reproduce"]), title="Reproduce", title_align="left"))
+        parts.append(Panel(Text(row["reproduce"]), title="Reproduce",
+                           title_align="left", expand=False))
     return Group(*parts)
 
 
@@ -225,5 +227,6 @@ def report_detail(report: Any) -> Any:
     parts.append(_bucket_table(title, "lengths", lengths))
     if d["failures"]:
         lines = [f"{f['problem']} = {f['expected']}, got {f['got']}" for f in d["failures"]]
-        parts.append(Panel(Text("\n".join(lines)), title="First failures", title_align="left"))
+        parts.append(Panel(Text("\n".join(lines)), title="First failures",
+                           title_align="left", expand=False))
     return Group(*parts)
