@@ -1,55 +1,36 @@
-"""Search spaces: a small declarative YAML format, validated, translated to Optuna define-by-run.
+"""Search spaces meet Optuna here: sampling, the Ray define-by-run function, finding spaces.
 
-This module is the ONE place the YAML format meets Optuna. A space file looks like
-
-    name: tiny
-    description: the classic family
-    model:
-      n_layers: {int: [1, 2]}
-      d_model: {choice: [4, 8, 16]}
-      d_ff: {choice: [0, 16, 32]}
-      activation: {choice: [relu, gelu], when: {d_ff: {gt: 0}}}
-      tie_embeddings: true                      # a fixed value
-    train:
-      lr: {float: [1.0e-3, 3.0e-2], log: true}
-      warmup: {int: [0, 400], step: 100}
-      seeds: 4
-    format:
-      reverse_answer: true                      # or a format string: format: "pad,revans"
-
-Sections are `model` (ModelConfig fields except vocab_size/n_ctx, which come from the task),
-`train` (TrainConfig fields) and `format` (Format fields, or a fixed format string parsed by
-`arithsweep.tasks.parse_format`), plus `name` and `description`.
-A value is a fixed scalar or exactly one of `{choice: [..]}`, `{int: [lo, hi]}` (optional
-`step: k`, `log: true`) or `{float: [lo, hi]}` (optional `log: true`), optionally with
-`when: {key: cond, ...}` (all must hold): cond is a scalar (equal), a list (one of) or
-`{eq|ne|gt|ge|lt|le|in: v}`. `key` is a bare name in the same section or `section.field`,
-and must be defined EARLIER in the file (keys are sampled in file order, define-by-run).
-A condition is evaluated on the value the config will have: the sampled/fixed value, or
-the dataclass default when the referenced key was itself left out. A key whose condition
-fails is left out of the sample, so its dataclass default applies.
+This module is the ONE place the YAML format (parsed and validated by
+`arithsweep.space_format`, where the format is documented) is translated to Optuna:
+`Space.suggest` samples a space define-by-run, `Space.ray_define_by_run` wraps it for Ray's
+OptunaSearch, `config_from_tune` turns the config Ray hands a trainable back into sections,
+and `load_space` / `list_spaces` find the shipped files or read one by path.
+`Space.dimensions` lists one human line per key.
 
 Optuna parameter names are `section.field` ("model.d_model", "train.lr").
+`RayDefineByRun`, `Space`, `Param` and `Condition` stay importable from here: Ray pickles the
+define-by-run function by reference and saved searches name these paths.
 
     python -c "from arithsweep.spaces import *; print(*load_space('tiny').dimensions, sep='\\n')"
 """
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
-import functools
-import math
-import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from arithsweep.errors import ConfigError
+from arithsweep.space_format import (
+    SECTIONS,
+    Condition,
+    Param,
+    SpaceFile,
+    effective_value,
+    parse_space_file,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import optuna
@@ -67,189 +48,18 @@ __all__ = [
     "shipped_space_names",
 ]
 
-SECTIONS = ("model", "train", "format")
-TOP_LEVEL = ("name", "description", *SECTIONS)
-NOT_SEARCHABLE = {"model": {"vocab_size": "comes from the task", "n_ctx": "comes from the task"}}
-KINDS = ("choice", "int", "float")
-KIND_OPTIONS = {"choice": {"when"}, "int": {"step", "log", "when"}, "float": {"log", "when"}}
-OPS = ("eq", "ne", "gt", "ge", "lt", "le", "in")
-_ORDER_OPS = {"gt", "ge", "lt", "le"}
-_OP_TEXT = {"eq": "=", "ne": "!=", "gt": ">", "ge": ">=", "lt": "<", "le": "<=", "in": "in"}
-_SCALAR = (bool, int, float, str, type(None))
-
-# --------------------------------------------------------------------------------------------
-# Field types of the three target dataclasses (lazy: arithsweep.model imports torch)
-
-
-@dataclass(frozen=True)
-class _FieldSpec:
-    types: frozenset[type]  # subset of {bool, int, float, str, NoneType}
-    default: Any
-
-    def type_text(self) -> str:
-        order = (bool, int, float, str, type(None))
-        return " | ".join("null" if t is type(None) else t.__name__
-                          for t in order if t in self.types)
-
-
-_TYPE_NAMES = {"bool": bool, "int": int, "float": float, "str": str, "None": type(None),
-               "NoneType": type(None)}
-
-
-def _types_of(annotation: Any) -> frozenset[type]:
-    """`int | None` (a string under postponed annotations, or a real type) -> {int, NoneType}."""
-    if isinstance(annotation, str):
-        text = re.sub(r"Optional\[(.*)\]", r"\1 | None", annotation)
-        parts = [p.strip() for p in text.split("|")]
-        return frozenset(_TYPE_NAMES[p] for p in parts if p in _TYPE_NAMES)
-    if isinstance(annotation, type):
-        return frozenset({annotation})
-    return frozenset(t for t in getattr(annotation, "__args__", ()) if t in _TYPE_NAMES.values())
-
-
-def _specs_of(cls: type) -> dict[str, _FieldSpec]:
-    out = {}
-    for f in dataclasses.fields(cls):
-        default = f.default
-        if default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
-            default = f.default_factory()
-        out[f.name] = _FieldSpec(_types_of(f.type), default)
-    return out
-
-
-def _section_class(section: str) -> type:
-    if section == "model":
-        from arithsweep.model_config import ModelConfig
-        return ModelConfig
-    if section == "train":
-        from arithsweep.train_config import TrainConfig
-        return TrainConfig
-    from arithsweep.tasks import Format
-    return Format
-
-
-@functools.lru_cache(maxsize=1)
-def _field_specs() -> dict[str, dict[str, _FieldSpec]]:
-    return {s: _specs_of(_section_class(s)) for s in SECTIONS}
-
-
-# --------------------------------------------------------------------------------------------
-# Parsed dimensions
-
-
-def _fmt(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float):
-        return f"{v:g}"
-    return str(v)
-
-
-@dataclass(frozen=True)
-class Condition:
-    """`key op value`; key is qualified ("model.d_ff"); in/eq/ne compare, gt.. order."""
-
-    key: str
-    op: str
-    value: Any
-
-    def holds(self, actual: Any) -> bool:
-        try:
-            if self.op == "eq":
-                return actual == self.value and isinstance(actual, bool) == isinstance(
-                    self.value, bool)
-            if self.op == "ne":
-                return not Condition(self.key, "eq", self.value).holds(actual)
-            if self.op == "in":
-                return any(Condition(self.key, "eq", v).holds(actual) for v in self.value)
-            if actual is None or isinstance(actual, bool):
-                return False
-            return {"gt": actual > self.value, "ge": actual >= self.value,
-                    "lt": actual < self.value, "le": actual <= self.value}[self.op]
-        except TypeError:
-            return False
-
-    def __str__(self) -> str:
-        if self.op == "in":
-            return f"{self.key} in {{{', '.join(_fmt(v) for v in self.value)}}}"
-        return f"{self.key} {_OP_TEXT[self.op]} {_fmt(self.value)}"
-
-
-@dataclass(frozen=True)
-class Param:
-    """One key of a space: a fixed value or a sampled dimension, maybe conditional."""
-
-    section: str
-    field: str
-    kind: str  # "fixed" | "choice" | "int" | "float"
-    value: Any = None  # fixed
-    choices: tuple = ()  # choice
-    low: float | int | None = None  # int / float
-    high: float | int | None = None
-    step: int = 1  # int
-    log: bool = False  # int / float
-    when: tuple[Condition, ...] = ()
-    as_float: bool = False  # an int range on a float field: the sampled int becomes a float
-
-    @property
-    def name(self) -> str:
-        """Qualified name, also the Optuna parameter name: "model.d_model"."""
-        return f"{self.section}.{self.field}"
-
-    @property
-    def sampled(self) -> bool:
-        return self.kind != "fixed"
-
-    def suggest(self, trial: Any) -> Any:
-        if self.kind == "fixed":
-            return self.value
-        if self.kind == "choice":
-            return trial.suggest_categorical(self.name, list(self.choices))
-        if self.kind == "int":
-            v = trial.suggest_int(self.name, self.low, self.high, step=self.step, log=self.log)
-            return float(v) if self.as_float else v
-        return trial.suggest_float(self.name, self.low, self.high, log=self.log)
-
-    def describe(self) -> str:
-        if self.kind == "fixed":
-            text = f"{self.name} = {_fmt(self.value)}"
-        elif self.kind == "choice":
-            text = f"{self.name} ∈ {{{', '.join(_fmt(c) for c in self.choices)}}}"
-        elif self.kind == "int":
-            if self.step > 1:
-                rng = f"{{{self.low}, {self.low + self.step}, …, {self.high}}}"
-            else:
-                rng = f"{{{self.low}..{self.high}}}"
-            text = f"{self.name} ∈ {rng}" + (" log" if self.log else "")
-        else:
-            text = f"{self.name} ∈ [{_fmt(self.low)}, {_fmt(self.high)}]" + (
-                " log" if self.log else "")
-        if self.when:
-            text += "  if " + " and ".join(str(c) for c in self.when)
-        return text
-
-
 # --------------------------------------------------------------------------------------------
 # The space
 
 
 @dataclass
-class Space:
-    name: str
-    description: str
-    path: Path
-    params: list[Param] = field(default_factory=list)
+class Space(SpaceFile):
+    """A parsed space file (name, description, path, params) that Optuna can sample."""
 
     @property
     def dimensions(self) -> list[str]:
         """One human line per key, in file order, e.g. "model.d_model ∈ {4, 6, 8}"."""
         return [p.describe() for p in self.params]
-
-    @property
-    def searched(self) -> list[Param]:
-        return [p for p in self.params if p.sampled]
 
     def suggest(self, trial: optuna.Trial | Any) -> dict[str, dict[str, Any]]:
         """Define-by-run: sample every key whose `when` holds, in file order.
@@ -259,8 +69,8 @@ class Space:
         """
         out: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
         for p in self.params:
-            if all(c.holds(_effective(out, c.key)) for c in p.when):
-                out[p.section][p.field] = p.suggest(trial)
+            if all(c.holds(effective_value(out, c.key)) for c in p.when):
+                out[p.section][p.field] = _suggest(p, trial)
         return out
 
     def ray_define_by_run(self) -> Callable[[Any], dict[str, Any]]:
@@ -282,34 +92,17 @@ class Space:
         """
         return RayDefineByRun(self)
 
-    def validate_sample(self, cfg: Mapping[str, Any], vocab_size: int | None = None,
-                        n_ctx: int | None = None) -> None:
-        """Cheap checks of a sampled nested config; raise ConfigError naming the space.
 
-        Builds a TrainConfig and a Format; a ModelConfig too when vocab_size and n_ctx are
-        given (that imports torch through arithsweep.model); checks keys and types.
-        """
-        specs = _field_specs()
-        extra = sorted(set(cfg) - set(SECTIONS))
-        if extra:
-            raise ConfigError(f"search space {self.name}: sample has unknown section(s) "
-                              f"{', '.join(extra)}")
-        for section in SECTIONS:
-            for key, value in dict(cfg.get(section, {})).items():
-                spec = specs[section].get(key)
-                if spec is None:
-                    raise ConfigError(f"search space {self.name}: {section}.{key}: not a field")
-                if not _type_ok(value, spec):
-                    raise ConfigError(f"search space {self.name}: {section}.{key}={value!r}: "
-                                      f"expected {spec.type_text()}")
-        try:
-            for section in ("train", "format"):
-                _section_class(section)(**dict(cfg.get(section, {})))
-            if vocab_size is not None and n_ctx is not None:
-                from arithsweep.model_config import ModelConfig
-                ModelConfig(vocab_size=vocab_size, n_ctx=n_ctx, **dict(cfg.get("model", {})))
-        except ConfigError as e:
-            raise ConfigError(f"search space {self.name}: sample is invalid: {e}") from None
+def _suggest(p: Param, trial: Any) -> Any:
+    """One key's value for this trial: its fixed value or Optuna's suggestion."""
+    if p.kind == "fixed":
+        return p.value
+    if p.kind == "choice":
+        return trial.suggest_categorical(p.name, list(p.choices))
+    if p.kind == "int":
+        v = trial.suggest_int(p.name, p.low, p.high, step=p.step, log=p.log)
+        return float(v) if p.as_float else v
+    return trial.suggest_float(p.name, p.low, p.high, log=p.log)
 
 
 class RayDefineByRun:
@@ -324,14 +117,6 @@ class RayDefineByRun:
 
 def _flatten(nested: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     return {f"{s}.{k}": v for s in SECTIONS for k, v in nested.get(s, {}).items()}
-
-
-def _effective(sample: Mapping[str, Mapping[str, Any]], key: str) -> Any:
-    section, _, name = key.partition(".")
-    if name in sample.get(section, {}):
-        return sample[section][name]
-    spec = _field_specs()[section].get(name)
-    return None if spec is None else spec.default
 
 
 def config_from_tune(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -388,260 +173,7 @@ def load_space(name_or_path: str | Path) -> Space:
     return parse_space(raw, path)
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that reads 1e-3 as a float (YAML 1.1 wants 1.0e-3) and rejects duplicate keys."""
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
-)
-
-
-def _construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen: set = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            mark = key_node.start_mark
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", mark)
-        seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
 def parse_space(text: str, path: str | Path = "<string>") -> Space:
     """Parse and validate the YAML text of a space; every problem is one ConfigError."""
-    path = Path(path)
-
-    def fail(key: str | None, why: str) -> ConfigError:
-        return ConfigError(f"search space {path}: {key}: {why}" if key else
-                           f"search space {path}: {why}")
-
-    try:
-        doc = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        kind = "invalid YAML" if "duplicate key" in problem else "YAML syntax error"
-        raise fail(None, f"{kind}{where}: {problem}") from None
-    if doc is None:
-        raise fail(None, "the file is empty (expected sections model, train, format)")
-    if not isinstance(doc, dict):
-        raise fail(None, f"expected a mapping of sections, got {type(doc).__name__}")
-    for key in doc:
-        if key not in TOP_LEVEL:
-            raise fail(str(key), f"unknown section (expected one of {', '.join(TOP_LEVEL)})")
-    name = doc.get("name", path.stem)
-    description = doc.get("description", "")
-    if not isinstance(name, str) or not name:
-        raise fail("name", "must be a non-empty string")
-    if not isinstance(description, str):
-        raise fail("description", "must be a string")
-    description = " ".join(description.split())
-
-    specs = _field_specs()
-    params: list[Param] = []
-    defined: dict[str, Param] = {}
-    for section in (k for k in doc if k in SECTIONS):
-        body = doc[section]
-        if body is None:
-            continue
-        if section == "format" and isinstance(body, str):  # format: "nopad,revops" (fixed)
-            body = _format_words(body, fail)
-        if not isinstance(body, dict):
-            raise fail(section, "must be a mapping of field: value")
-        for fname, value in body.items():
-            key = f"{section}.{fname}"
-            if not isinstance(fname, str):
-                raise fail(key, "field names must be strings")
-            if fname in NOT_SEARCHABLE.get(section, {}):
-                raise fail(key, f"not searchable: {NOT_SEARCHABLE[section][fname]}")
-            spec = specs[section].get(fname)
-            if spec is None:
-                known = [k for k in specs[section] if k not in NOT_SEARCHABLE.get(section, {})]
-                close = difflib.get_close_matches(fname, known, n=1)
-                hint = f"did you mean {close[0]}? " if close else ""
-                raise fail(key, f"unknown {section} field ({hint}known: {', '.join(known)})")
-            param = _parse_param(section, fname, value, spec, defined, fail)
-            params.append(param)
-            defined[param.name] = param
-    return Space(name=name, description=description, path=path, params=params)
-
-
-def _format_words(text: str, fail: Callable[[str | None, str], ConfigError]) -> dict[str, Any]:
-    from arithsweep.tasks import parse_format
-
-    try:
-        return dataclasses.asdict(parse_format(text))
-    except ConfigError as e:
-        raise fail("format", str(e)) from None
-
-
-def _type_ok(v: Any, spec: _FieldSpec) -> bool:
-    if isinstance(v, bool):
-        return bool in spec.types
-    if isinstance(v, int):
-        return int in spec.types or float in spec.types
-    if isinstance(v, float):
-        return float in spec.types and math.isfinite(v)
-    if isinstance(v, str):
-        return str in spec.types
-    if v is None:
-        return type(None) in spec.types
-    return False
-
-
-def _coerce(v: Any, spec: _FieldSpec) -> Any:
-    """Whole numbers given for a float-only field become floats (0 -> 0.0)."""
-    if (isinstance(v, int) and not isinstance(v, bool) and int not in spec.types
-            and float in spec.types):
-        return float(v)
-    return v
-
-
-def _parse_param(section: str, fname: str, value: Any, spec: _FieldSpec,
-                 defined: dict[str, Param], fail: Callable[[str | None, str], ConfigError]
-                 ) -> Param:
-    key = f"{section}.{fname}"
-    expected = spec.type_text()
-
-    def check_value(v: Any, what: str) -> Any:
-        if not isinstance(v, _SCALAR):
-            raise fail(key, f"{what} {v!r} must be a scalar")
-        if not _type_ok(v, spec):
-            got = "null" if v is None else f"{_fmt(v)!r} ({type(v).__name__})"
-            raise fail(key, f"{what} {got} does not fit the field type {expected}")
-        return _coerce(v, spec)
-
-    if not isinstance(value, dict):
-        if isinstance(value, list):
-            raise fail(key, "a list is not a value; write {choice: [...]} to search over it")
-        fixed = check_value(value, "value")
-        _check_accepted(section, fname, [fixed], key, fail)
-        return Param(section, fname, "fixed", value=fixed)
-
-    kinds = [k for k in value if k in KINDS]
-    if len(kinds) != 1:
-        others = [str(k) for k in value if k not in ("when", "step", "log")]
-        got = f"got {', '.join(others)}" if others else "got none"
-        raise fail(key, f"needs exactly one of {{choice: [...]}}, {{int: [lo, hi]}}, "
-                        f"{{float: [lo, hi]}} ({got})")
-    kind = kinds[0]
-    bad = [str(k) for k in value if k != kind and k not in KIND_OPTIONS[kind]]
-    if bad:
-        allowed = ", ".join(sorted(KIND_OPTIONS[kind]))
-        raise fail(key, f"option {', '.join(bad)} is not allowed with {kind} (allowed: {allowed})")
-    when = _parse_when(section, key, value.get("when"), defined, fail)
-    log = value.get("log", False)
-    if not isinstance(log, bool):
-        raise fail(key, f"log must be true or false, got {log!r}")
-
-    if kind == "choice":
-        choices = value["choice"]
-        if not isinstance(choices, list):
-            raise fail(key, f"choice needs a list, got {choices!r}")
-        if not choices:
-            raise fail(key, "choice list is empty")
-        choices = [check_value(c, "choice") for c in choices]
-        if len({(type(c), c) for c in choices}) != len(choices):
-            raise fail(key, f"choice list has duplicates: {choices}")
-        _check_accepted(section, fname, choices, key, fail)
-        return Param(section, fname, "choice", choices=tuple(choices), when=when)
-
-    bounds = value[kind]
-    if not (isinstance(bounds, list) and len(bounds) == 2):
-        raise fail(key, f"{kind} needs [lo, hi], got {bounds!r}")
-    lo, hi = bounds
-    if kind == "int":
-        if not all(isinstance(b, int) and not isinstance(b, bool) for b in bounds):
-            raise fail(key, f"int bounds must be whole numbers, got [{lo}, {hi}]")
-        if not ({int, float} & spec.types) or bool in spec.types:
-            raise fail(key, f"an int range does not fit the field type {expected}")
-        step = value.get("step", 1)
-        if not (isinstance(step, int) and not isinstance(step, bool) and step >= 1):
-            raise fail(key, f"step must be a whole number >= 1, got {step!r}")
-        if log and step != 1:
-            raise fail(key, "log and step cannot be combined (Optuna samples log ints with step 1)")
-        if (hi - lo) % step:
-            raise fail(key, f"hi - lo = {hi - lo} is not a multiple of step {step}")
-    else:
-        if not all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in bounds):
-            raise fail(key, f"float bounds must be numbers, got [{lo}, {hi}]")
-        if float not in spec.types:
-            raise fail(key, f"a float range does not fit the field type {expected}"
-                            + (" (use {int: [lo, hi]})" if int in spec.types else ""))
-        lo, hi, step = float(lo), float(hi), 1
-        if not (math.isfinite(lo) and math.isfinite(hi)):
-            raise fail(key, "float bounds must be finite")
-    if lo > hi:
-        raise fail(key, f"lo > hi in [{lo}, {hi}]")
-    if log and lo <= 0:
-        raise fail(key, f"log scale needs lo > 0, got {lo}")
-    return Param(section, fname, kind, low=lo, high=hi, step=step, log=log, when=when,
-                 as_float=kind == "int" and int not in spec.types)
-
-
-def _check_accepted(section: str, fname: str, values: list[Any], key: str,
-                    fail: Callable[[str | None, str], ConfigError]) -> None:
-    """Catch typos in string values (pos: rpe) by building the dataclass with just that field."""
-    cls = _section_class(section)
-    base = {"vocab_size": 12, "n_ctx": 11} if section == "model" else {}
-    for v in values:
-        if not isinstance(v, str):
-            continue
-        try:
-            cls(**base, **{fname: v})
-        except ConfigError as e:
-            raise fail(key, f"{v!r} is not accepted: {e}") from None
-
-
-def _parse_when(section: str, key: str, when: Any, defined: dict[str, Param],
-                fail: Callable[[str | None, str], ConfigError]) -> tuple[Condition, ...]:
-    if when is None:
-        return ()
-    if not isinstance(when, dict) or not when:
-        raise fail(key, f"when needs a mapping {{key: condition}}, got {when!r}")
-    out = []
-    for ref, cond in when.items():
-        ref = str(ref)
-        qual = ref if ref.partition(".")[0] in SECTIONS and "." in ref else f"{section}.{ref}"
-        target = defined.get(qual)
-        if target is None:
-            raise fail(key, f"when refers to {ref!r}, which is not a key defined earlier in the "
-                            f"file (conditions may only use keys sampled before this one)")
-        if isinstance(cond, dict):
-            if not cond:
-                raise fail(key, f"when {ref}: empty condition")
-            items = list(cond.items())
-        elif isinstance(cond, list):
-            items = [("in", cond)]
-        else:
-            items = [("eq", cond)]
-        for op, v in items:
-            if op not in OPS:
-                raise fail(key, f"when {ref}: unknown operator {op!r} "
-                                f"(use one of {', '.join(OPS)})")
-            vals = v if op == "in" else [v]
-            if op == "in" and (not isinstance(v, list) or not v):
-                raise fail(key, f"when {ref}: 'in' needs a non-empty list, got {v!r}")
-            for x in vals:
-                if not isinstance(x, _SCALAR):
-                    raise fail(key, f"when {ref}: {x!r} must be a scalar")
-                if op in _ORDER_OPS and (isinstance(x, bool) or not isinstance(x, (int, float))):
-                    raise fail(key, f"when {ref}: {op} needs a number, got {x!r}")
-                if (op not in _ORDER_OPS and target.kind == "choice"
-                        and not any(Condition(qual, "eq", c).holds(x) for c in target.choices)):
-                    raise fail(key, f"when {ref}: {_fmt(x)!r} is not one of its choices "
-                                    f"{{{', '.join(_fmt(c) for c in target.choices)}}}")
-            if op in _ORDER_OPS and target.kind == "choice" and not all(
-                    isinstance(c, (int, float)) and not isinstance(c, bool)
-                    for c in target.choices):
-                raise fail(key, f"when {ref}: {op} needs a numeric key")
-            out.append(Condition(qual, op, tuple(v) if op == "in" else v))
-    return tuple(out)
+    f = parse_space_file(text, path)
+    return Space(name=f.name, description=f.description, path=f.path, params=f.params)

@@ -10,7 +10,7 @@ match improved, so the trial's one kept checkpoint is always its best model.
 Workers never open the leaderboard or MLflow: all bookkeeping happens on the driver
 (`arithsweep.search_callbacks`). Three driver-side helpers live here because they read what
 this trainable writes: `describe_trial` (a trial's MLflow params), `trial_rows` (the
-ResultGrid as plain dicts) and `close_unreported` (trials stopped before their first report).
+ResultGrid as plain dicts) and `close_unreported` (trials the deadline cut off).
 Not run by hand; `arithsweep.search.run_search` passes `run_trial` to the Tuner. To build one
 trial's configs outside Ray:
 
@@ -222,19 +222,24 @@ def trial_rows(results: Any, target: float) -> list[dict[str, Any]]:
 
 def close_unreported(rows: list[dict], optuna_url: str, name: str, mlflow_uri: str,
                      experiment_id: str) -> None:
-    """Driver side: trials the search deadline stopped before their first report are never
-    told to the searcher by Tune: fail their Optuna trials and close their MLflow runs."""
+    """Driver side: trials the search deadline cut off are not always told to the searcher by
+    Tune (never before their first report, and under load not even after one): fail every
+    Optuna trial of this run still RUNNING once the fit is over, and close its MLflow run."""
     import optuna
 
     from arithsweep import search_callbacks as cb
 
-    silent = {r["trial_id"] for r in rows if r["step"] is None and not r["errored"]}
-    if not silent:
+    ours = {r["trial_id"] for r in rows if not r["errored"]}
+    if not ours:
         return
     study = optuna.load_study(study_name=name, storage=optuna_url)
+    silent = set()
     for t in study.get_trials(states=(optuna.trial.TrialState.RUNNING,)):
-        if t.user_attrs.get("tune_trial_id") in silent:
+        if t.user_attrs.get("tune_trial_id") in ours:
             study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+            silent.add(t.user_attrs["tune_trial_id"])
+    if not silent:
+        return
     client = cb.mlflow_client(mlflow_uri)
     runs = cb.mlflow_trial_runs(mlflow_uri, experiment_id, name)
     for trial_id in silent & set(runs):
