@@ -41,52 +41,61 @@ def chunk_size(model: torch.nn.Module, task: Task) -> int:
     return max(256, DEFAULT_CHUNK_TOKENS // (task.seq_len * max(1, model.k)))
 
 
+def _teacher_forced(
+    model: torch.nn.Module, task: Task, a: torch.Tensor, b: torch.Tensor, op: torch.Tensor,
+    chunk: int | None = None,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Per chunk: (right (K, n, L) bool, mask (n, L) bool) over the input positions that can
+    predict an answer token; one forward pass, no decoding."""
+    model.eval()
+    dev = _device_of(model)
+    p0 = answer_start(task)  # earlier positions predict no answer token
+    for s in _chunks(a.numel(), chunk or chunk_size(model, task)):
+        tokens, mask = task.encode(a[s], b[s], op[s])  # (n, T), (n, T-1)
+        tokens, mask = tokens.to(dev), mask[:, p0:].to(dev)
+        pred = model(tokens[:, :-1], from_pos=p0).argmax(-1)  # (K, n, T-1-p0)
+        yield pred == tokens[:, p0 + 1:], mask
+
+
+@torch.inference_mode()
+def score(
+    model: torch.nn.Module, task: Task, a: torch.Tensor, b: torch.Tensor, op: torch.Tensor,
+    chunk: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact match, bool (K, N), and accuracy at each answer position, float (K, answer_len),
+    from the same forward passes. Position accuracy shows digits stuck at chance."""
+    L = task.answer_len
+    hits = torch.zeros(model.k, L, dtype=torch.float64)
+    seen = torch.zeros(L, dtype=torch.float64)
+    out = []
+    for right, mask in _teacher_forced(model, task, a, b, op, chunk):
+        out.append((right | ~mask).all(-1).cpu())  # (K, n)
+        # answer index of each masked position (0 = first answer token)
+        idx = (mask.long().cumsum(-1) - 1)[mask]  # (M,)
+        for k in range(model.k):
+            hits[k] += torch.bincount(idx, weights=right[k][mask].double(),
+                                      minlength=L).cpu()[:L]
+        seen += torch.bincount(idx, minlength=L).double().cpu()[:L]
+    ok = torch.cat(out, dim=1) if out else torch.zeros(model.k, 0, dtype=torch.bool)
+    return ok, (hits / seen.clamp(min=1)).float()
+
+
 @torch.inference_mode()
 def exact_match(
-    model: torch.nn.Module,
-    task: Task,
-    a: torch.Tensor,
-    b: torch.Tensor,
-    op: torch.Tensor,
+    model: torch.nn.Module, task: Task, a: torch.Tensor, b: torch.Tensor, op: torch.Tensor,
     chunk: int | None = None,
 ) -> torch.Tensor:
     """Which problems each member gets exactly right: bool (K, N), teacher-forced."""
-    model.eval()
-    dev = _device_of(model)
-    chunk = chunk or chunk_size(model, task)
-    out = []
-    for s in _chunks(a.numel(), chunk):
-        tokens, mask = task.encode(a[s], b[s], op[s])  # (n, T), (n, T-1)
-        tokens, mask = tokens.to(dev), mask.to(dev)
-        p0 = answer_start(task)  # earlier positions predict no answer token
-        pred = model(tokens[:, :-1], from_pos=p0).argmax(-1)  # (K, n, T-1-p0)
-        ok = (pred == tokens[:, p0 + 1:]) | ~mask[:, p0:]  # (K, n, T-1-p0)
-        out.append(ok.all(-1).cpu())
+    out = [(right | ~mask).all(-1).cpu()
+           for right, mask in _teacher_forced(model, task, a, b, op, chunk)]
     return torch.cat(out, dim=1) if out else torch.zeros(model.k, 0, dtype=torch.bool)
 
 
-@torch.inference_mode()
 def position_accuracy(
     model: torch.nn.Module, task: Task, a: torch.Tensor, b: torch.Tensor, op: torch.Tensor
 ) -> torch.Tensor:
-    """Accuracy at each answer position, float (K, answer_len): shows digits stuck at chance."""
-    model.eval()
-    dev = _device_of(model)
-    hits = torch.zeros(model.k, task.answer_len, dtype=torch.float64)
-    seen = torch.zeros(task.answer_len, dtype=torch.float64)
-    for s in _chunks(a.numel(), chunk_size(model, task)):
-        tokens, mask = task.encode(a[s], b[s], op[s])
-        tokens, mask = tokens.to(dev), mask.to(dev)
-        pred = model(tokens[:, :-1]).argmax(-1)  # (K, n, T-1)
-        # answer index of each masked position (0 = first answer token), -1 elsewhere
-        pos = torch.where(mask, mask.long().cumsum(-1) - 1, -1)  # (n, T-1)
-        right = (pred == tokens[:, 1:]) & mask  # (K, n, T-1)
-        idx = pos[mask]  # (M,)
-        for k in range(model.k):
-            hits[k] += torch.bincount(idx, weights=right[k][mask].double(),
-                                      minlength=task.answer_len).cpu()[: task.answer_len]
-        seen += torch.bincount(idx, minlength=task.answer_len).double().cpu()[: task.answer_len]
-    return (hits / seen.clamp(min=1)).float()
+    """Accuracy at each answer position, float (K, answer_len)."""
+    return score(model, task, a, b, op)[1]
 
 
 @torch.inference_mode()

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from arithsweep.checkpoint import save_checkpoint
 from arithsweep.errors import ConfigError
-from arithsweep.evaluate import answer_start, exact_match, position_accuracy
+from arithsweep.evaluate import answer_start, score
 from arithsweep.model import ArithTransformer, ModelConfig, count_params
 from arithsweep.report import wilson_lower
 from arithsweep.tasks import Task
@@ -277,14 +277,15 @@ def train(
             continue
         # ---- evaluation: the only host sync besides sampling ----
         result.failed = (~alive).tolist()
-        ok = exact_match(model, task, ea, eb, eop).float().mean(1)  # (K,)
+        right, pos_acc = score(model, task, ea, eb, eop)  # (K, N), (K, answer_len)
+        ok = right.float().mean(1)  # (K,)
         em = [float("nan") if result.failed[i] else float(ok[i]) for i in range(K)]
         live = [e for e in em if not math.isnan(e)]
         point = EvalPoint(
             step=step, exact_match=em, loss=(loss_sum / max(1, loss_n)).tolist(),
             best_em=max(live) if live else 0.0, lr=lr,
             elapsed=time.perf_counter() - t0, examples=result.examples,
-            position_acc=position_accuracy(model, task, ea[:2048], eb[:2048], eop[:2048]).tolist(),
+            position_acc=pos_acc.tolist(),
         )
         loss_sum.zero_()
         loss_n = 0
