@@ -11,9 +11,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from arithsweep.checkpoint import load_checkpoint, sha256_file
-from arithsweep.errors import CheckpointError
-from arithsweep.evaluate import exact_match
+from arithsweep.core.checkpoint import load_checkpoint, sha256_file
+from arithsweep.core.errors import CheckpointError
+from arithsweep.core.evaluate import exact_match
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from arithsweep.cli import main
+from arithsweep.cli.app import main
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = ["train", "ask", "params", "bench", "verify", "leaderboard", "show", "export",
@@ -36,7 +36,7 @@ def run(capsys, *args) -> tuple[int, str, str]:
 
 def _no_heavy_imports(argv: list[str], env: dict) -> None:
     code = ("import sys; sys.argv = " + repr(["arithsweep", *argv]) + "\n"
-            "from arithsweep.cli import main\n"
+            "from arithsweep.cli.app import main\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"
             "heavy = {'torch', 'ray', 'mlflow'} & set(sys.modules)\n"
             "assert not heavy, heavy\n")

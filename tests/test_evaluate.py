@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from arithsweep.evaluate import breakdown, exact_match, greedy_decode, position_accuracy
-from arithsweep.model import ArithTransformer, ModelConfig
-from arithsweep.tasks import get_task
+from arithsweep.core.evaluate import breakdown, exact_match, greedy_decode, position_accuracy
+from arithsweep.core.model import ArithTransformer, ModelConfig
+from arithsweep.core.tasks import get_task
 
 
 def _agree(model, task, a, b, op, member=0):

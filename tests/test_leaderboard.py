@@ -22,10 +22,10 @@ import pytest
 import sqlalchemy as sa
 from test_report import make_report  # tests/ is on sys.path (pytest's rootdir import mode)
 
-import arithsweep.leaderboard as lbmod
-from arithsweep.errors import ArithsweepError
-from arithsweep.leaderboard import MIGRATIONS, Entry, default_db_url, migrate, open_db
-from arithsweep.tables import entry_detail, rich_table, to_csv, to_json, to_markdown
+import arithsweep.leaderboard.board as lbmod
+from arithsweep.cli.render import entry_detail, rich_table, to_csv, to_json, to_markdown
+from arithsweep.core.errors import ArithsweepError
+from arithsweep.leaderboard.board import MIGRATIONS, Entry, default_db_url, migrate, open_db
 
 ROOT = Path(__file__).resolve().parents[1]
 ENTRY_COLUMNS = {
@@ -48,7 +48,8 @@ def url(tmp_path) -> str:
 
 def test_no_heavy_imports():
     code = (
-        "import arithsweep.leaderboard, arithsweep.tables, arithsweep.report; import sys; "
+        "import arithsweep.leaderboard.board, arithsweep.cli.render, "
+        "arithsweep.leaderboard.report; import sys; "
         "assert not {'torch','ray','mlflow'} & set(sys.modules), "
         "{'torch','ray','mlflow'} & set(sys.modules)"
     )
@@ -246,7 +247,7 @@ def test_locked_database_is_a_clear_error(url, tmp_path):
 
 WRITER = textwrap.dedent("""
     import sys
-    from arithsweep.leaderboard import open_db
+    from arithsweep.leaderboard.board import open_db
     from test_report import make_report
     lb = open_db(sys.argv[1])
     for i in range(int(sys.argv[2])):

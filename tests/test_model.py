@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from arithsweep.errors import CheckpointError, ConfigError
-from arithsweep.model import (
+from arithsweep.core.errors import CheckpointError, ConfigError
+from arithsweep.core.model import (
     ArithTransformer,
     ModelConfig,
     count_params,

@@ -11,8 +11,8 @@ import math
 import pytest
 
 from arithsweep import __version__
-from arithsweep.errors import ArithsweepError
-from arithsweep.report import SUITE, Bucket, VerificationReport, nines, wilson_lower
+from arithsweep.core.errors import ArithsweepError
+from arithsweep.leaderboard.report import SUITE, Bucket, VerificationReport, nines, wilson_lower
 
 
 def make_report(**over) -> VerificationReport:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from arithsweep.errors import ConfigError
-from arithsweep.search import SearchOptions
+from arithsweep.core.errors import ConfigError
+from arithsweep.search.driver import SearchOptions, run_search
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -81,8 +81,16 @@ def _space(tmp_path: Path, text: str) -> str:
 
 def _opts(tmp_path: Path, **kw) -> SearchOptions:
     base = dict(task="add2", target=0.9, cpus_per_trial=1, root=str(tmp_path / "searches"),
-                db_url=f"sqlite:///{tmp_path / 'lb.db'}", seed=0)
+                seed=0)
     return SearchOptions(**{**base, **kw})
+
+
+def _run(opts: SearchOptions, **kw):
+    """run_search with the CLI's verifier, recording into <root>/../lb.db."""
+    from arithsweep.leaderboard.verify import make_verifier
+
+    db = f"sqlite:///{Path(opts.root).parent / 'lb.db'}"
+    return run_search(opts, verifier=make_verifier(db), **kw)
 
 
 def _study(summary):
@@ -102,11 +110,10 @@ def _trial_runs(summary):
 
 @pytest.mark.slow
 def test_search_finds_verifies_and_records(ray_local, tmp_path):
-    from arithsweep.leaderboard import open_db
-    from arithsweep.search import run_search
+    from arithsweep.leaderboard.board import open_db
 
     events: list[dict] = []
-    s = run_search(_opts(tmp_path, space=_space(tmp_path, SPACE_OK), trials=4, name="a",
+    s = _run(_opts(tmp_path, space=_space(tmp_path, SPACE_OK), trials=4, name="a",
                          train_target=0.97, n_verify=2, asha_grace=5), on_update=events.append)
 
     assert s.n_trials == 4 and s.n_errored == 0
@@ -155,9 +162,8 @@ def test_search_finds_verifies_and_records(ray_local, tmp_path):
 
 @pytest.mark.slow
 def test_crashing_and_invalid_trials_do_not_end_the_search(ray_local, tmp_path):
-    from arithsweep.search import run_search
 
-    s = run_search(_opts(tmp_path, space=_space(tmp_path, SPACE_SHORT), trials=4, name="b",
+    s = _run(_opts(tmp_path, space=_space(tmp_path, SPACE_SHORT), trials=4, name="b",
                          n_verify=1, fail_when={"trial_number": 0}))
     assert s.n_trials == 4 and s.n_errored == 1 and s.n_feasible == 0 and s.best is None
     crashed = next(t for t in s.trials if t["errored"])
@@ -181,20 +187,19 @@ def test_crashing_and_invalid_trials_do_not_end_the_search(ray_local, tmp_path):
 
 @pytest.mark.slow
 def test_resume_continues_the_experiment_and_the_study(ray_local, tmp_path):
-    from arithsweep.search import run_search
 
     space = _space(tmp_path, SPACE_SHORT.replace("{choice: [10, 12]}", "10"))
-    first = run_search(_opts(tmp_path, space=space, trials=2, name="c", n_verify=0))
+    first = _run(_opts(tmp_path, space=space, trials=2, name="c", n_verify=0))
     assert first.n_trials == 2 and len(_study(first).trials) == 2
     exp = Path(first.dir) / "tune"
     tuner_pkl = (exp / "tuner.pkl").read_bytes()
 
     with pytest.raises(ConfigError, match="already exists"):
-        run_search(_opts(tmp_path, space=space, trials=4, name="c"))
+        _run(_opts(tmp_path, space=space, trials=4, name="c"))
     with pytest.raises(ConfigError, match="target"):
-        run_search(_opts(tmp_path, trials=4, resume="c", target=0.5))
+        _run(_opts(tmp_path, trials=4, resume="c", target=0.5))
 
-    again = run_search(SearchOptions(resume="c", trials=4, root=str(tmp_path / "searches"),
+    again = _run(SearchOptions(resume="c", trials=4, root=str(tmp_path / "searches"),
                                      n_verify=0))
     assert again.n_trials == 4 and again.task == "add2" and again.target == 0.9
     study = _study(again)
@@ -213,10 +218,9 @@ def test_resume_continues_the_experiment_and_the_study(ray_local, tmp_path):
 
 @pytest.mark.slow
 def test_time_budget_ends_the_search_cleanly(ray_local, tmp_path):
-    from arithsweep.search import run_search
 
     space = _space(tmp_path, SPACE_SHORT.replace("{choice: [10, 12]}", "10"))
-    s = run_search(_opts(tmp_path, space=space, trials=50, name="d", n_verify=0,
+    s = _run(_opts(tmp_path, space=space, trials=50, name="d", n_verify=0,
                          time_budget=12))
     assert 1 <= s.n_trials < 50 and s.wall_time < 60
     study = _study(s)
@@ -246,14 +250,13 @@ def test_bad_options_are_one_clear_error(kw, match):
 
 
 def test_resume_of_an_unknown_search_is_a_clear_error(tmp_path):
-    from arithsweep.search import run_search
 
     with pytest.raises(ConfigError, match="cannot resume 'nope'"):
-        run_search(SearchOptions(resume="nope", root=str(tmp_path)))
+        _run(SearchOptions(resume="nope", root=str(tmp_path)))
 
 
 def test_plot_and_frontier(tmp_path):
-    from arithsweep.plots import frontier, plot_params_vs_em
+    from arithsweep.search.plots import frontier, plot_params_vs_em
 
     rows = [{"params": 500, "best_em": 0.2, "feasible": False, "errored": False},
             {"params": 800, "best_em": 0.95, "feasible": True, "errored": False},

@@ -12,15 +12,15 @@ from pathlib import Path
 import optuna
 import pytest
 
-from arithsweep.errors import ConfigError
-from arithsweep.spaces import (
+from arithsweep.core.config import TrainConfig
+from arithsweep.core.errors import ConfigError
+from arithsweep.search.spaces import (
     SECTIONS,
     Space,
     config_from_tune,
     list_spaces,
     load_space,
 )
-from arithsweep.train_config import TrainConfig
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 SHIPPED = ("abacus", "adderboard", "tiny")
@@ -45,7 +45,7 @@ def _samples(space: Space, n: int = 30, seed: int = 0) -> list[tuple[optuna.Tria
 
 
 def _defaults(section: str) -> dict:
-    from arithsweep.model import ModelConfig
+    from arithsweep.core.model import ModelConfig
 
     cls = {"model": ModelConfig, "train": TrainConfig}.get(section)
     if cls is None:
@@ -75,7 +75,7 @@ def test_shipped_spaces_are_listed() -> None:
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_space_samples_valid_configs(name: str) -> None:
-    from arithsweep.model import ModelConfig
+    from arithsweep.core.model import ModelConfig
 
     space = load_space(name)
     samples = _samples(space)

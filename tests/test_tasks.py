@@ -1,12 +1,12 @@
-"""Tests for arithsweep.tasks: encoding round trips, carry classes, holdout split, sampling."""
+"""Tests for arithsweep.core.tasks: encoding round trips, carry classes, holdout split, sampling."""
 
 import random
 
 import pytest
 import torch
 
-from arithsweep.errors import ConfigError
-from arithsweep.tasks import Format, get_task, parse_format, task_names_help
+from arithsweep.core.errors import ConfigError
+from arithsweep.core.tasks import Format, get_task, parse_format, task_names_help
 
 FORMATS = [None, "nopad", "fwdans", "revops,nodelim", "nopad,fwdans,revops", "fwdans,nodelim"]
 TASKS = ["add3", "sub3", "mix3", "mul3", "add18", "sub18", "mix18", "mul9", "add1", "mix1"]
@@ -280,3 +280,16 @@ def test_bad_arguments_are_config_errors():
     with pytest.raises(ConfigError, match="op codes"):
         task.encode(torch.tensor([1]), torch.tensor([1]), 1)
     assert [x.numel() for x in task.sample(0, gen())] == [0, 0, 0]
+
+
+@pytest.mark.parametrize("name", ["add10", "add3", "sub6", "mix4", "mul3"])
+def test_verification_edge_cases_are_never_drawn_for_training(name):
+    # before the fix, 10 of the 11 add10 edge cases hashed to the training side
+    task = get_task(name)
+    edges = torch.tensor(task.edge_cases())
+    assert bool(task.is_holdout(edges[:, 0], edges[:, 1], edges[:, 2]).all())
+    # a train sample restricted to 1-digit operands hits (0,0), (1,1) etc. if they were allowed
+    gen = torch.Generator().manual_seed(0)
+    a, b, op = task.sample(20_000, gen, "uniform", max_len=1, split="train")
+    drawn = set(zip(a.tolist(), b.tolist(), op.tolist()))
+    assert not drawn & set(task.edge_cases())

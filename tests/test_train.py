@@ -8,12 +8,12 @@ import math
 import pytest
 import torch
 
-from arithsweep.configs import build_configs
-from arithsweep.errors import ConfigError
-from arithsweep.evaluate import exact_match
-from arithsweep.tasks import get_task
-from arithsweep.train import eval_problems, lr_at, reached, train
-from arithsweep.train_config import TrainConfig
+from arithsweep.core.config import TrainConfig
+from arithsweep.core.errors import ConfigError
+from arithsweep.core.evaluate import exact_match
+from arithsweep.core.overrides import build_configs
+from arithsweep.core.tasks import get_task
+from arithsweep.core.train import eval_problems, lr_at, reached, train
 
 
 def test_add2_reaches_100_percent_on_all_problems(add2_trained):

@@ -10,12 +10,12 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from arithsweep.checkpoint import load_checkpoint
-from arithsweep.errors import ArithsweepError, CheckpointError
-from arithsweep.leaderboard import open_db
-from arithsweep.model import ArithTransformer, count_params
-from arithsweep.tasks import get_task
-from arithsweep.verify import build_suite, verify
+from arithsweep.core.checkpoint import load_checkpoint
+from arithsweep.core.errors import ArithsweepError, CheckpointError
+from arithsweep.core.model import ArithTransformer, count_params
+from arithsweep.core.tasks import get_task
+from arithsweep.leaderboard.board import open_db
+from arithsweep.leaderboard.verify import build_suite, verify
 
 
 @pytest.fixture
@@ -105,8 +105,8 @@ def test_large_task_suite_composition():
 
 
 def test_untrained_model_checkpoint_verifies_near_zero(tmp_path):
-    from arithsweep.checkpoint import save_checkpoint
-    from arithsweep.model import ModelConfig
+    from arithsweep.core.checkpoint import save_checkpoint
+    from arithsweep.core.model import ModelConfig
 
     task = get_task("add1")
     cfg = ModelConfig(vocab_size=task.vocab_size, n_ctx=task.n_ctx, d_model=4, n_heads=1, d_ff=4)

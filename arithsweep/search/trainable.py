@@ -3,18 +3,18 @@
 Runs inside a Ray worker. It turns the flat trial config that OptunaSearch sampled
 ({"model.d_model": 8, "train.lr": 0.004, ...}) plus the search's constants (under the
 "arithsweep" key of the Tuner's param_space) into a Task, ModelConfig and TrainConfig, trains
-with `arithsweep.train.train`, and reports every evaluation to Tune with `tune.report`; a
+with `arithsweep.core.train.train`, and reports every evaluation to Tune with `tune.report`; a
 checkpoint (the best seed, safetensors + config.json) is attached only when the best exact
 match improved, so the trial's one kept checkpoint is always its best model.
 
 Workers never open the leaderboard or MLflow: all bookkeeping happens on the driver
-(`arithsweep.search_callbacks`). Three driver-side helpers live here because they read what
+(`arithsweep.search.callbacks`). Three driver-side helpers live here because they read what
 this trainable writes: `describe_trial` (a trial's MLflow params), `trial_rows` (the
 ResultGrid as plain dicts) and `close_unreported` (trials the deadline cut off).
-Not run by hand; `arithsweep.search.run_search` passes `run_trial` to the Tuner. To build one
+Not run by hand; `arithsweep.search.driver.run_search` passes `run_trial` to the Tuner. To build one
 trial's configs outside Ray:
 
-    python -c "from arithsweep.trainable import build_trial; print(build_trial({...}))"
+    python -c "from arithsweep.search.trainable import build_trial; print(build_trial({...}))"
 """
 
 from __future__ import annotations
@@ -27,22 +27,22 @@ from typing import Any
 
 from ray import tune
 
-from arithsweep.errors import ConfigError
+from arithsweep.core.errors import ConfigError
 
 CONST_KEY = "arithsweep"  # param_space key holding the search's constants (task, target, …)
 
 
 @dataclass
 class TrialSetup:
-    task: Any  # arithsweep.tasks.Task
-    model_cfg: Any  # arithsweep.model.ModelConfig
-    train_cfg: Any  # arithsweep.train_config.TrainConfig
+    task: Any  # arithsweep.core.tasks.Task
+    model_cfg: Any  # arithsweep.core.model.ModelConfig
+    train_cfg: Any  # arithsweep.core.config.TrainConfig
     params: int
 
 
 def trial_sections(config: dict[str, Any]) -> tuple[dict, dict, dict, dict]:
     """Split a trial config into (model, train, format, constants) plain dicts."""
-    from arithsweep.spaces import config_from_tune
+    from arithsweep.search.spaces import config_from_tune
 
     nested = config_from_tune({k: v for k, v in config.items() if k != CONST_KEY})
     return (dict(nested["model"]), dict(nested["train"]), dict(nested["format"]),
@@ -57,9 +57,9 @@ def build_trial(config: dict[str, Any]) -> TrialSetup:
     the trial's GPU share), the per-trial step / time budgets when the user gave them, and the
     seeds (distinct per Optuna trial unless the space fixes train.seed).
     """
-    from arithsweep.model import ModelConfig, count_params
-    from arithsweep.tasks import Format, get_task
-    from arithsweep.train_config import TrainConfig
+    from arithsweep.core.config import TrainConfig
+    from arithsweep.core.model import ModelConfig, count_params
+    from arithsweep.core.tasks import Format, get_task
 
     model, train, fmt, const = trial_sections(config)
     task = get_task(const["task"], Format(**fmt))
@@ -118,7 +118,7 @@ def run_trial(config: dict[str, Any]) -> None:
                      "elapsed": 0.0, "invalid_config": 1, "error": str(exc)[:500]})
         return
 
-    from arithsweep.train import train
+    from arithsweep.core.train import train
 
     previous = tune.get_checkpoint()
     # train() cannot resume an optimiser mid-run (save_best keeps only the best member's
@@ -160,8 +160,8 @@ def _checkpoint_em(ckpt: tune.Checkpoint) -> float:
 def _params_if_possible(config: dict[str, Any]) -> int:
     """Unique params of the sampled model if the model part alone is valid, else 0."""
     try:
-        from arithsweep.model import ModelConfig, count_params
-        from arithsweep.tasks import Format, get_task
+        from arithsweep.core.model import ModelConfig, count_params
+        from arithsweep.core.tasks import Format, get_task
 
         model, _, fmt, const = trial_sections(config)
         task = get_task(const["task"], Format(**fmt))
@@ -227,7 +227,7 @@ def close_unreported(rows: list[dict], optuna_url: str, name: str, mlflow_uri: s
     Optuna trial of this run still RUNNING once the fit is over, and close its MLflow run."""
     import optuna
 
-    from arithsweep import search_callbacks as cb
+    from arithsweep.search import callbacks as cb
 
     ours = {r["trial_id"] for r in rows if not r["errored"]}
     if not ours:

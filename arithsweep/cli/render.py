@@ -4,7 +4,7 @@
 published leaderboard/LEADERBOARD.md); `rich_table` and `entry_detail` return Rich renderables
 for `arithsweep leaderboard` and `arithsweep show`. No torch: this sits on the fast path.
 
-    python -c "from arithsweep.leaderboard import open_db; from arithsweep.tables import \\
+    python -c "from arithsweep.leaderboard.board import open_db; from arithsweep.cli.render import \\
         to_markdown; print(to_markdown(open_db(create=False).query()))"
 """
 

@@ -4,10 +4,10 @@ budget-aware search generator, the deadline stopper, the MLflow logger and the l
 They live in an importable module (not in search.py's functions) because Tune pickles them into
 `tuner.pkl` and the experiment state, and `Tuner.restore` must be able to unpickle them in a
 later process. Everything here runs in the driver process only: workers never touch MLflow,
-Optuna or the leaderboard. Not meant to be run directly; `arithsweep.search.run_search` wires
+Optuna or the leaderboard. Not meant to be run directly; `arithsweep.search.driver.run_search` wires
 it together:
 
-    python -c "from arithsweep.search import SearchOptions, run_search; ..."
+    python -c "from arithsweep.search.driver import SearchOptions, run_search; ..."
 
 Run-time settings that may change between a search and its resume (how many trials, the
 deadline, the live-view function) are not pickled: they sit in `_DRIVER`, a per-process
@@ -196,7 +196,7 @@ class LiveCallback(tune.Callback):
             return
         if trial.trial_id not in self._arch:
             try:
-                from arithsweep.trainable import build_trial
+                from arithsweep.search.trainable import build_trial
                 self._arch[trial.trial_id] = build_trial(trial.config).model_cfg.summary()
             except Exception:
                 self._arch[trial.trial_id] = "invalid config"

@@ -5,7 +5,7 @@ match >= target (a constraint set on each Optuna trial when it completes); ASHA 
 whose exact match lags; every trial is an MLflow run; at the end the best feasible trials
 are re-verified from their weights and the qualifying ones written to the leaderboard.
 
-    from arithsweep.search import SearchOptions, run_search
+    from arithsweep.search.driver import SearchOptions, run_search
     print(run_search(SearchOptions(task="add2", target=0.9, space="tiny", trials=8)).best)
 
 or `arithsweep search --task add2 --target 0.9 --trials 8`. A search lives in
@@ -28,8 +28,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from arithsweep.errors import ArithsweepError, ConfigError
+from arithsweep.core.errors import ArithsweepError, ConfigError
 
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the arithsweep package
 TUNE_DIR = "tune"  # the Tune experiment's name inside the search directory
 
 
@@ -54,7 +55,6 @@ class SearchOptions:
     resume: str | None = None  # name of a search to continue
     root: str | None = None  # default: <cwd>/searches
     mlflow_uri: str | None = None  # default: sqlite:///<root>/mlflow.db
-    db_url: str | None = None  # leaderboard; default: leaderboard.default_db_url()
     n_verify: int = 3  # best feasible trials to verify at the end
     seed: int = 0  # Optuna sampler seed and base training seed
     asha_grace: int = 3  # evaluations before ASHA may stop a trial
@@ -128,9 +128,19 @@ def _abs_tracking_uri(uri: str | None) -> str | None:
     return str(Path(uri).expanduser().absolute()) if uri and "://" not in uri else uri
 
 
-def run_search(opts: SearchOptions,
-               on_update: Callable[[dict], None] | None = None) -> SearchSummary:
-    """Run (or resume) a search; `on_update(event)` gets trial start/result/complete events."""
+Verifier = Callable[[dict], dict]
+"""Re-verifies one candidate from its weights and records it if it qualifies.
+
+Gets {"trial_id", "params", "train_em", "checkpoint", "mlflow_run_id", "search_name", "target"};
+returns at least {"qualifies": bool, "exact_match": float | None} and, when recorded,
+"entry_id". The CLI builds one from the leaderboard wing (`leaderboard.board.make_verifier`),
+so the search never imports the leaderboard; None verifies nothing."""
+
+
+def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = None,
+               verifier: Verifier | None = None) -> SearchSummary:
+    """Run (or resume) a search; `on_update(event)` gets trial start/result/complete events;
+    `verifier` checks the best feasible trials from their weights (see `Verifier`)."""
     t0 = time.time()
     root = Path(opts.root or Path.cwd() / "searches").expanduser().absolute()
     name = opts.resume or opts.name or f"{opts.task}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -141,8 +151,8 @@ def run_search(opts: SearchOptions,
     mlflow_uri = (stored.get("mlflow_uri") or _abs_tracking_uri(opts.mlflow_uri)
                   or _abs_sqlite(root / "mlflow.db"))
 
-    from arithsweep.spaces import load_space
-    from arithsweep.tasks import get_task
+    from arithsweep.core.tasks import get_task
+    from arithsweep.search.spaces import load_space
 
     get_task(task)  # unknown task: one clear error before anything starts
     space = load_space(stored.get("space_path") or opts.space)
@@ -160,7 +170,7 @@ def run_search(opts: SearchOptions,
     with _quiet_logs():
         import ray
 
-        from arithsweep import search_callbacks as cb
+        from arithsweep.search import callbacks as cb
 
         try:
             experiment_id, parent_run = cb.mlflow_setup(mlflow_uri, root, task, name,
@@ -182,7 +192,7 @@ def run_search(opts: SearchOptions,
             if started:
                 ray.shutdown()
     summary = _finish(opts, name, sdir, task, target, results, mlflow_uri, experiment_id,
-                      parent_run, optuna_url)
+                      parent_run, optuna_url, verifier)
     summary.wall_time = round(time.time() - t0, 2)
     _write_json(sdir / "summary.json", summary.to_dict())
     cb.mlflow_close(mlflow_uri, parent_run, summary, sdir)
@@ -239,7 +249,7 @@ def _ray_up(opts: SearchOptions) -> bool:
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     # Workers import arithsweep by name (the trainable and callbacks are pickled by reference).
-    path = [str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]
+    path = [str(_PACKAGE_DIR.parent), os.environ.get("PYTHONPATH", "")]
     env = {"PYTHONPATH": os.pathsep.join(p for p in path if p)}
     try:
         if opts.address is None:
@@ -249,7 +259,7 @@ def _ray_up(opts: SearchOptions) -> bool:
         else:
             # A cluster's workers may not have this checkout: ship the package with the job.
             ray.init(address=opts.address, log_to_driver=False, logging_level=logging.WARNING,
-                     runtime_env={"py_modules": [str(Path(__file__).resolve().parent)]})
+                     runtime_env={"py_modules": [str(_PACKAGE_DIR)]})
     except (ConnectionError, ValueError, RuntimeError) as exc:
         raise ArithsweepError(f"cannot start or join Ray at {opts.address or 'local'}: "
                               f"{_first_line(exc)}") from None
@@ -262,8 +272,8 @@ def _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri, experime
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
 
-    from arithsweep import search_callbacks as cb
-    from arithsweep.trainable import CONST_KEY, describe_trial, run_trial
+    from arithsweep.search import callbacks as cb
+    from arithsweep.search.trainable import CONST_KEY, describe_trial, run_trial
 
     avail = ray.cluster_resources()
     gpus = opts.gpus_per_trial
@@ -313,10 +323,10 @@ def _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri, experime
 
 
 def _finish(opts, name, sdir, task, target, results, mlflow_uri, experiment_id, parent_run,
-            optuna_url) -> SearchSummary:
-    from arithsweep import search_callbacks as cb
-    from arithsweep.plots import frontier, plot_params_vs_em
-    from arithsweep.trainable import close_unreported, trial_rows
+            optuna_url, verifier) -> SearchSummary:
+    from arithsweep.search import callbacks as cb
+    from arithsweep.search.plots import frontier, plot_params_vs_em
+    from arithsweep.search.trainable import close_unreported, trial_rows
 
     rows = trial_rows(results, target)
     close_unreported(rows, optuna_url, name, mlflow_uri, experiment_id)
@@ -325,7 +335,7 @@ def _finish(opts, name, sdir, task, target, results, mlflow_uri, experiment_id, 
         r["mlflow_run_id"] = runs.get(r["trial_id"])
     feasible = sorted((r for r in rows if r["feasible"]),
                       key=lambda r: (r["params"], -r["best_em"]))
-    verified = _verify(feasible[:opts.n_verify], target, name, opts.db_url, mlflow_uri)
+    verified = _verify(feasible[:opts.n_verify], target, name, verifier, mlflow_uri)
     # Best = the smallest trial that passed verification, else the smallest feasible one.
     ok = [v for v in verified if v.get("qualifies")]
     b = ok[0] if ok else ({**feasible[0], "train_em": feasible[0]["best_em"]}
@@ -344,36 +354,18 @@ def _finish(opts, name, sdir, task, target, results, mlflow_uri, experiment_id, 
         trials=rows)
 
 
-def _verify(candidates, target, name, db_url, mlflow_uri) -> list[dict]:
-    """Re-verify the candidates from their weights; record the qualifying ones (driver only)."""
-    from arithsweep import search_callbacks as cb
-    from arithsweep.leaderboard import open_db
-    from arithsweep.verify import verify
+def _verify(candidates, target, name, verifier, mlflow_uri) -> list[dict]:
+    """Hand the candidates to the caller's verifier (driver only); mark their MLflow runs."""
+    from arithsweep.search import callbacks as cb
 
     out: list[dict] = []
-    if not candidates:
-        return out
-    db = open_db(db_url)
-    try:
-        for c in candidates:
-            item = {"trial_id": c["trial_id"], "params": c["params"], "train_em": c["best_em"],
-                    "checkpoint": c["checkpoint"], "mlflow_run_id": c.get("mlflow_run_id")}
-            try:
-                report = verify(c["checkpoint"], target, extra={
-                    "mlflow_run_id": c.get("mlflow_run_id"), "search_name": name,
-                    "trial_id": c["trial_id"]})
-                item.update(params=report.params, exact_match=report.exact_match,
-                            qualifies=report.qualifies, n_problems=report.n_problems,
-                            n_failures=report.n_failures, summary=report.summary())
-                if report.qualifies:
-                    row, created = db.record(report)
-                    item.update(entry_id=row.get("id"), created=created)
-            except ArithsweepError as exc:
-                item.update(qualifies=False, exact_match=None, error=str(exc))
-            cb.mlflow_verified(mlflow_uri, item)
-            out.append(item)
-    finally:
-        db.close()
+    for c in candidates if verifier is not None else []:
+        cand = {"trial_id": c["trial_id"], "params": c["params"], "train_em": c["best_em"],
+                "checkpoint": c["checkpoint"], "mlflow_run_id": c.get("mlflow_run_id"),
+                "search_name": name, "target": target}
+        item = {**cand, **verifier(cand)}
+        cb.mlflow_verified(mlflow_uri, item)
+        out.append(item)
     return out
 
 

@@ -4,7 +4,7 @@ A task (add10, sub6, mix6, mul3) says what is computed, a `Format` how a problem
 `get_task("add10", "pad,revans")` gives a `Task` that samples problems (uniform lengths, carry-
 enriched, curriculum cap, train/holdout split), encodes them for teacher forcing, decodes answers,
 enumerates small tasks and classifies carry cascades, all as vectorised int64 torch. Try:
-    python -c "from arithsweep.tasks import get_task; print(get_task('sub4').example())"
+    python -c "from arithsweep.core.tasks import get_task; print(get_task('sub4').example())"
 
 Vocabulary: ids 0..9 are the digits '0'..'9', then, in this order and only if the task and format
 need them: '+', '-', '*', '=', '<eos>', '<pad>'. So add3 has 12 tokens and sub3,nodelim 11.
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from arithsweep.errors import ConfigError
+from arithsweep.core.errors import ConfigError
 
 OPS = ("add", "sub", "mix", "mul")
 MAX_DIGITS = {"add": 18, "sub": 18, "mix": 18, "mul": 9}  # results must fit in int64
@@ -234,8 +234,29 @@ class Task:
         return _num_digits(torch.as_tensor(a)), _num_digits(torch.as_tensor(b))
 
     def is_holdout(self, a, b, op) -> Tensor:
-        """(N,) bool, True for ~1/16 of problems; the same (a, b, op) always lands the same way."""
-        return _holdout(*self._check(a, b, op))
+        """(N,) bool, True for ~1/16 of problems and for every edge case; the same (a, b, op)
+        always lands the same way. Training draws only the other side."""
+        return self._held(*self._check(a, b, op))
+
+    def edge_cases(self) -> list[tuple[int, int, int]]:
+        """AdderBoard's edge cases, scaled to the operand width: fixed problems that
+        verification always checks, so they sit on the holdout side whatever their hash."""
+        n = self.n_digits
+        top, ones = 10**n - 1, int("1" * n)
+        half = 5 * 10 ** (n - 1)
+        seq = int(("1234567890" * 2)[:n])
+        rev = int(("9876543210" * 2)[:n])
+        pairs = [(0, 0), (top, 1), (1, top), (top, top), (ones, top - ones + 1 if n > 1 else 8),
+                 (seq, rev), (half, half), (0, top), (top, 0), (1, 1),
+                 (10 ** (n - 1), 10 ** (n - 1))]
+        return [(a, b, o) for o in self.op_codes for a, b in pairs
+                if 0 <= a <= top and 0 <= b <= top]
+
+    def _held(self, a: Tensor, b: Tensor, op: Tensor) -> Tensor:
+        edges = torch.tensor(self.edge_cases(), dtype=torch.int64, device=a.device)  # (E, 3)
+        is_edge = ((a[:, None] == edges[:, 0]) & (b[:, None] == edges[:, 1])
+                   & (op[:, None] == edges[:, 2])).any(1)  # (N, E) -> (N,)
+        return _holdout(a, b, op) | is_edge
 
     def carry_class(self, a, b, op) -> Tensor:
         """(N,) int64 in 0..n_carry_classes-1. add: longest run of consecutive digit positions
@@ -278,7 +299,7 @@ class Task:
             # oversample so one round usually suffices; holdout keeps ~1/16 of draws
             m = min(int(need * (20 if split == "holdout" else 1.2)) + 64, 1 << 20)
             a, b, op = self._draw(m, generator, mode, cap)
-            keep = _holdout(a, b, op) == (split == "holdout")
+            keep = self._held(a, b, op) == (split == "holdout")
             a, b, op = a[keep][:need], b[keep][:need], op[keep][:need]
             idle = idle + 1 if a.numel() == 0 else 0
             if idle > 32:  # that side of the partition is empty for this max_len

@@ -6,7 +6,7 @@ the teacher-forced prefix. So exact match over a million problems is a few batch
 passes. `tests/test_evaluate.py` proves the equivalence problem by problem on trained and
 untrained models; greedy decoding stays for `arithsweep ask`, EOS formats and export.
 
-    from arithsweep.evaluate import exact_match
+    from arithsweep.core.evaluate import exact_match
     ok = exact_match(model, task, *task.enumerate_all())   # (K, N) bool, one row per seed
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import torch
 
-from arithsweep.tasks import Task
+from arithsweep.core.tasks import Task
 
 # tokens per forward pass per member: big enough to amortise, small enough to stay in cache
 # (measured on add3: 16k problems a chunk ran 2x faster than 87k)

@@ -9,7 +9,7 @@
   failures shown by real greedy decoding, Quirke's nines, the Wilson 95% lower bound and
   breakdowns by carry class and operand lengths.
 
-    from arithsweep.verify import verify
+    from arithsweep.leaderboard.verify import verify
     print(verify("runs/add3/best", target=0.99).summary())
 """
 
@@ -22,11 +22,11 @@ from typing import Any
 import torch
 
 from arithsweep import __version__
-from arithsweep.checkpoint import Checkpoint, load_checkpoint
-from arithsweep.errors import ConfigError
-from arithsweep.evaluate import breakdown, exact_match, greedy_decode
-from arithsweep.report import SUITE, VerificationReport, nines, wilson_lower
-from arithsweep.tasks import Task
+from arithsweep.core.checkpoint import Checkpoint, load_checkpoint
+from arithsweep.core.errors import ArithsweepError, ConfigError
+from arithsweep.core.evaluate import breakdown, exact_match, greedy_decode
+from arithsweep.core.tasks import Task
+from arithsweep.leaderboard.report import SUITE, VerificationReport, nines, wilson_lower
 
 SUITE_SEED = 0x0ADD_5EED  # the v1 random sample; no training stream uses this seed
 EXHAUSTIVE_MAX = 10**6
@@ -35,19 +35,6 @@ LENGTHS_SIZE = 10**5  # operand lengths uniform, so short operands are checked t
 PER_CASCADE = 1000  # problems per cascade length in the stress part
 SHOW_FAILURES = 10
 CHUNK = 50_000
-
-
-def _edge_cases(task: Task) -> list[tuple[int, int, int]]:
-    """AdderBoard's edge cases, scaled to the task's operand width."""
-    n = task.n_digits
-    top, ones = 10**n - 1, int("1" * n)
-    half = 5 * 10 ** (n - 1)
-    seq = int(("1234567890" * 2)[:n])
-    rev = int(("9876543210" * 2)[:n])
-    pairs = [(0, 0), (top, 1), (1, top), (top, top), (ones, top - ones + 1 if n > 1 else 8),
-             (seq, rev), (half, half), (0, top), (top, 0), (1, 1), (10 ** (n - 1), 10 ** (n - 1))]
-    ops = {"add": [0], "sub": [1], "mix": [0, 1], "mul": [2]}[task.op]
-    return [(a, b, o) for o in ops for a, b in pairs if 0 <= a <= top and 0 <= b <= top]
 
 
 def _cascades(task: Task, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
@@ -82,7 +69,7 @@ def build_suite(task: Task) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, i
     gen = torch.Generator().manual_seed(SUITE_SEED)
     ra, rb, rop = task.sample(RANDOM_SIZE, gen, "values", split="holdout")
     la, lb, lop = task.sample(LENGTHS_SIZE, gen, "uniform", split="holdout")
-    edges = torch.tensor(_edge_cases(task), dtype=torch.long).view(-1, 3)
+    edges = torch.tensor(task.edge_cases(), dtype=torch.long).view(-1, 3)
     ca, cb, cop = _cascades(task, gen)
     return (torch.cat([ra, la, edges[:, 0], ca]), torch.cat([rb, lb, edges[:, 1], cb]),
             torch.cat([rop, lop, edges[:, 2], cop]), SUITE_SEED)
@@ -142,3 +129,33 @@ def verify(
         trial_id=extra.get("trial_id", meta.get("trial_id")),
         reproduce=reproduce_command(ck), version=__version__,
     )
+
+
+def make_verifier(db_url: str | None = None):
+    """A search `Verifier`: verify a candidate checkpoint, record it when it qualifies.
+
+    The search driver calls it on its own process (workers never open the database); the
+    CLI builds it, so the search wing never imports the leaderboard wing.
+    """
+    from arithsweep.leaderboard.board import open_db
+
+    def verify_and_record(c: dict) -> dict:
+        try:
+            report = verify(c["checkpoint"], c["target"], extra={
+                "mlflow_run_id": c.get("mlflow_run_id"), "search_name": c.get("search_name"),
+                "trial_id": c.get("trial_id")})
+        except ArithsweepError as exc:  # a broken checkpoint fails this candidate only
+            return {"qualifies": False, "exact_match": None, "error": str(exc)}
+        item = {"params": report.params, "exact_match": report.exact_match,
+                "qualifies": report.qualifies, "n_problems": report.n_problems,
+                "n_failures": report.n_failures, "summary": report.summary()}
+        if report.qualifies:
+            db = open_db(db_url)
+            try:
+                row, created = db.record(report)
+            finally:
+                db.close()
+            item.update(entry_id=row.get("id"), created=created)
+        return item
+
+    return verify_and_record

@@ -1,11 +1,11 @@
 """Leaderboard storage: engines, URLs, SQLite setup, error translation, ORM schema, migrations.
 
-The database layer under `arithsweep.leaderboard` (which holds the `Leaderboard` class and its
+The database layer under `arithsweep.leaderboard.board` (which holds the `Leaderboard` class and its
 queries and re-exports the public names here). A database is named by an SQLAlchemy URL or a
 plain path (`default_db_url()`: `ARITHSWEEP_DB`, else `leaderboard/leaderboard.db` under the
 current directory). Imports neither torch, ray nor mlflow: it sits on the fast CLI path.
 
-    python -c "from arithsweep.leaderboard_db import default_db_url, _make_engine, migrate; \
+    python -c "from arithsweep.leaderboard.db import default_db_url, _make_engine, migrate; \
         print(migrate(_make_engine(default_db_url(), 10.0)))"
 
 SQLite notes (why the connection setup looks the way it does): WAL so readers never block the
@@ -32,7 +32,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.schema import CreateColumn
 
-from arithsweep.errors import ArithsweepError
+from arithsweep.core.errors import ArithsweepError
 
 DEFAULT_BUSY_TIMEOUT = 10.0  # seconds a writer waits for another writer before giving up
 

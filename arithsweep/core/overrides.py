@@ -16,24 +16,14 @@ from typing import Any
 
 import yaml
 
-from arithsweep.errors import ConfigError
-from arithsweep.train_config import TrainConfig
+from arithsweep.core.config import TrainConfig
+from arithsweep.core.errors import ConfigError
 
-# What `arithsweep train` builds when given nothing: reaches 99%+ on add3 in well under a minute
-# on a 2-core CPU (measured in the closing note of the core-engine issue).
-DEFAULT_MODEL: dict[str, Any] = {
-    "n_layers": 1, "d_model": 16, "n_heads": 2, "d_ff": 32, "activation": "relu",
-    "norm": "layer", "final_norm": True, "tie_embeddings": True, "pos": "learned",
-}
-DEFAULT_TRAIN: dict[str, Any] = {
-    "steps": 3000, "batch_size": 128, "lr": 1e-2, "warmup": 50, "seeds": 4,
-    "eval_every": 100, "eval_size": 4096,
-}
 CONFIG_SECTIONS = ("task", "format", "model", "train")
 
 
 def model_field_names() -> set[str]:
-    from arithsweep.model_config import ModelConfig
+    from arithsweep.core.config import ModelConfig
 
     return {f.name for f in fields(ModelConfig)} - {"vocab_size", "n_ctx"}
 
@@ -99,8 +89,8 @@ def build_configs(
     overrides: dict[str, Any],
 ):
     """-> (Task, ModelConfig, TrainConfig), validated; the file's values, then the overrides."""
-    from arithsweep.model_config import ModelConfig
-    from arithsweep.tasks import get_task
+    from arithsweep.core.config import ModelConfig
+    from arithsweep.core.tasks import get_task
 
     doc = read_config_file(config_file) if config_file else {}
     name = task_name or doc.get("task")
@@ -110,8 +100,9 @@ def build_configs(
     m_over, t_over = split_overrides(overrides)
     file_model = {k: v for k, v in (doc.get("model") or {}).items()
                   if k not in ("vocab_size", "n_ctx")}
-    model_d = {**(DEFAULT_MODEL if not config_file else {}), **file_model, **m_over}
-    train_d = {**(DEFAULT_TRAIN if not config_file else {}), **(doc.get("train") or {}), **t_over}
+    # the dataclass defaults are the only defaults: the file's values, then the overrides
+    model_d = {**file_model, **m_over}
+    train_d = {**(doc.get("train") or {}), **t_over}
     try:
         model_cfg = ModelConfig.from_dict(
             {**model_d, "vocab_size": task.vocab_size, "n_ctx": task.n_ctx})

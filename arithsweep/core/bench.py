@@ -20,11 +20,11 @@ from typing import Any
 
 import torch
 
-from arithsweep.evaluate import exact_match, greedy_decode
-from arithsweep.model import ArithTransformer, ModelConfig, count_params
-from arithsweep.tasks import get_task
-from arithsweep.train import resolve_device, train
-from arithsweep.train_config import TrainConfig
+from arithsweep.core.config import TrainConfig
+from arithsweep.core.evaluate import exact_match, greedy_decode
+from arithsweep.core.model import ArithTransformer, ModelConfig, count_params
+from arithsweep.core.tasks import get_task
+from arithsweep.core.train import resolve_device, train
 
 BENCH_TASK = "add10"
 

@@ -1,7 +1,7 @@
 """Search spaces meet Optuna here: sampling, the Ray define-by-run function, finding spaces.
 
 This module is the ONE place the YAML format (parsed and validated by
-`arithsweep.space_format`, where the format is documented) is translated to Optuna:
+`arithsweep.search.space_file`, where the format is documented) is translated to Optuna:
 `Space.suggest` samples a space define-by-run, `Space.ray_define_by_run` wraps it for Ray's
 OptunaSearch, `config_from_tune` turns the config Ray hands a trainable back into sections,
 and `load_space` / `list_spaces` find the shipped files or read one by path.
@@ -11,7 +11,8 @@ Optuna parameter names are `section.field` ("model.d_model", "train.lr").
 `RayDefineByRun`, `Space`, `Param` and `Condition` stay importable from here: Ray pickles the
 define-by-run function by reference and saved searches name these paths.
 
-    python -c "from arithsweep.spaces import *; print(*load_space('tiny').dimensions, sep='\\n')"
+    python -c "from arithsweep.search.spaces import *; \\
+        print(*load_space('tiny').dimensions, sep='\\n')"
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from arithsweep.errors import ConfigError
-from arithsweep.space_format import (
+from arithsweep.core.errors import ConfigError
+from arithsweep.search.space_file import (
     SECTIONS,
     Condition,
     Param,
@@ -143,7 +144,7 @@ def config_from_tune(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _spaces_dir() -> Path:
-    return Path(str(resources.files("arithsweep") / "search_spaces"))
+    return Path(str(resources.files("arithsweep.search_spaces")))
 
 
 def shipped_space_names() -> list[str]:

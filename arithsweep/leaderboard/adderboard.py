@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from arithsweep import __version__
-from arithsweep.errors import ArithsweepError
+from arithsweep.core.errors import ArithsweepError
 
 _IMPORT_OURS = re.compile(r"^from arithsweep(\.\w+)* import .*$|^import arithsweep.*$", re.M)
 _FUTURE = re.compile(r"^from __future__ import annotations\s*$", re.M)
@@ -83,7 +83,7 @@ def _module_source(mod: Any) -> str:
 
 def submission_source(row: dict[str, Any], weights_dir: str, author: str = "arithsweep") -> str:
     """The text of the submission file for a leaderboard row (an addition task)."""
-    from arithsweep import dictconfig, errors, model, model_config, tasks
+    from arithsweep.core import config, errors, model, tasks
 
     metadata = {
         "name": f"arithsweep {row['task']} #{row['id']}",
@@ -112,9 +112,8 @@ def submission_source(row: dict[str, Any], weights_dir: str, author: str = "arit
     )
     parts = [header, "# ---------------------------------------------------------------- errors",
              _module_source(errors),
-             _module_source(dictconfig),
-             "# ---------------------------------------------------------------- model config",
-             _module_source(model_config),
+             "# ---------------------------------------------------------------- configs",
+             _module_source(config),
              "# ---------------------------------------------------------------- tasks",
              _module_source(tasks),
              "# ---------------------------------------------------------------- model",
@@ -151,7 +150,7 @@ def export_adderboard(row: dict[str, Any], dest: str | Path) -> list[Path]:
     for name in ("model.safetensors", "config.json"):
         if not (src / name).is_file():
             raise ArithsweepError(f"entry {row['id']}: checkpoint file {src / name} is missing")
-    from arithsweep.checkpoint import sha256_file
+    from arithsweep.core.checkpoint import sha256_file
 
     if sha256_file(src / "model.safetensors") != row["sha256"]:
         raise ArithsweepError(

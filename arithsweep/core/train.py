@@ -7,7 +7,7 @@ Seed i of a pack is `cfg.seed + i` for both init and data, so it trains the same
 runs alone or in a pack. Loss is on answer tokens only; exact match of every seed is measured
 every `eval_every` steps on held-out problems that the training stream never draws.
 
-    from arithsweep.train import train
+    from arithsweep.core.train import train
     result = train(get_task("add3"), model_cfg, TrainConfig(seeds=4))
     result.save_best("runs/add3/best")
 """
@@ -24,13 +24,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from arithsweep.checkpoint import save_checkpoint
-from arithsweep.errors import ConfigError
-from arithsweep.evaluate import answer_start, score
-from arithsweep.model import ArithTransformer, ModelConfig, count_params
-from arithsweep.report import wilson_lower
-from arithsweep.tasks import Task
-from arithsweep.train_config import TrainConfig
+from arithsweep.core.checkpoint import save_checkpoint
+from arithsweep.core.config import TrainConfig
+from arithsweep.core.errors import ConfigError
+from arithsweep.core.evaluate import answer_start, score
+from arithsweep.core.model import ArithTransformer, ModelConfig, count_params
+from arithsweep.core.stats import wilson_lower
+from arithsweep.core.tasks import Task
 
 DATA_CHUNK_STEPS = 32  # batches sampled per call: amortises sampling overhead over many steps
 EVAL_SEED = 0x5EED_E7A1  # the held-out evaluation set is the same for every run of a task

@@ -2,8 +2,8 @@
 
 The CLI parses and prints; these functions do the work, so they are also the Python API:
 
-    from arithsweep.jobs import train_job
-    from arithsweep.configs import build_configs
+    from arithsweep.core.api import train_job
+    from arithsweep.core.overrides import build_configs
     task, m, t = build_configs("add3", None, None, {})
     print(train_job(task, m, t, out="runs/add3")["final_exact_match"])
 """
@@ -18,12 +18,12 @@ from typing import Any
 
 import torch
 
-from arithsweep.checkpoint import load_checkpoint
-from arithsweep.evaluate import exact_match, greedy_decode
-from arithsweep.model import ArithTransformer, ModelConfig, count_params, param_breakdown
-from arithsweep.tasks import Task
-from arithsweep.train import EvalPoint, TrainResult, reached, train
-from arithsweep.train_config import TrainConfig
+from arithsweep.core.checkpoint import load_checkpoint
+from arithsweep.core.config import TrainConfig
+from arithsweep.core.evaluate import exact_match, greedy_decode
+from arithsweep.core.model import ArithTransformer, ModelConfig, count_params, param_breakdown
+from arithsweep.core.tasks import Task
+from arithsweep.core.train import EvalPoint, TrainResult, reached, train
 
 FULL_EVAL_MAX = 10**6  # tasks up to this size are checked on every problem after training
 FULL_EVAL_SAMPLE = 200_000  # otherwise on this many held-out problems

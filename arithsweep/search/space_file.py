@@ -19,7 +19,7 @@ A space file looks like
 
 Sections are `model` (ModelConfig fields except vocab_size/n_ctx, which come from the task),
 `train` (TrainConfig fields) and `format` (Format fields, or a fixed format string parsed by
-`arithsweep.tasks.parse_format`), plus `name` and `description`.
+`arithsweep.core.tasks.parse_format`), plus `name` and `description`.
 A value is a fixed scalar or exactly one of `{choice: [..]}`, `{int: [lo, hi]}` (optional
 `step: k`, `log: true`) or `{float: [lo, hi]}` (optional `log: true`), optionally with
 `when: {key: cond, ...}` (all must hold): cond is a scalar (equal), a list (one of) or
@@ -32,10 +32,10 @@ fails is left out of the sample, so its dataclass default applies.
 This module holds the parsed data classes (`Condition`, `Param`, `SpaceFile`), the YAML
 loader and `parse_space_file`, and every validation error (each is one ConfigError naming
 file and key). Sampling them with Optuna, the Ray glue and finding shipped files live in
-`arithsweep.spaces`, which re-exports the names here that callers use.
+`arithsweep.search.spaces`, which re-exports the names here that callers use.
 
-    python -c "from arithsweep.space_format import parse_space_file as p; \\
-        f = 'arithsweep/search_spaces/tiny.yaml'; print(*p(open(f).read(), f).params, sep='\\n')"
+    python -c "from arithsweep.search.space_file import parse_space_file as p; \\
+        f = 'search_spaces/tiny.yaml'; print(*p(open(f).read(), f).params, sep='\\n')"
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from typing import Any
 
 import yaml
 
-from arithsweep.errors import ConfigError
+from arithsweep.core.errors import ConfigError
 
 __all__ = [
     "SECTIONS",
@@ -74,7 +74,7 @@ _OP_TEXT = {"eq": "=", "ne": "!=", "gt": ">", "ge": ">=", "lt": "<", "le": "<=",
 _SCALAR = (bool, int, float, str, type(None))
 
 # --------------------------------------------------------------------------------------------
-# Field types of the three target dataclasses (lazy: arithsweep.model imports torch)
+# Field types of the three target dataclasses (lazy: arithsweep.core.model imports torch)
 
 
 @dataclass(frozen=True)
@@ -115,12 +115,12 @@ def _specs_of(cls: type) -> dict[str, _FieldSpec]:
 
 def _section_class(section: str) -> type:
     if section == "model":
-        from arithsweep.model_config import ModelConfig
+        from arithsweep.core.config import ModelConfig
         return ModelConfig
     if section == "train":
-        from arithsweep.train_config import TrainConfig
+        from arithsweep.core.config import TrainConfig
         return TrainConfig
-    from arithsweep.tasks import Format
+    from arithsweep.core.tasks import Format
     return Format
 
 
@@ -223,7 +223,7 @@ class Param:
 
 @dataclass
 class SpaceFile:
-    """A parsed, validated space file; `arithsweep.spaces.Space` adds the Optuna side."""
+    """A parsed, validated space file; `arithsweep.search.spaces.Space` adds the Optuna side."""
 
     name: str
     description: str
@@ -239,7 +239,7 @@ class SpaceFile:
         """Cheap checks of a sampled nested config; raise ConfigError naming the space.
 
         Builds a TrainConfig and a Format; a ModelConfig too when vocab_size and n_ctx are
-        given (that imports torch through arithsweep.model); checks keys and types.
+        given (that imports torch through arithsweep.core.model); checks keys and types.
         """
         specs = _field_specs()
         extra = sorted(set(cfg) - set(SECTIONS))
@@ -258,7 +258,7 @@ class SpaceFile:
             for section in ("train", "format"):
                 _section_class(section)(**dict(cfg.get(section, {})))
             if vocab_size is not None and n_ctx is not None:
-                from arithsweep.model_config import ModelConfig
+                from arithsweep.core.config import ModelConfig
                 ModelConfig(vocab_size=vocab_size, n_ctx=n_ctx, **dict(cfg.get("model", {})))
         except ConfigError as e:
             raise ConfigError(f"search space {self.name}: sample is invalid: {e}") from None
@@ -364,7 +364,7 @@ def parse_space_file(text: str, path: str | Path = "<string>") -> SpaceFile:
 
 
 def _format_words(text: str, fail: Callable[[str | None, str], ConfigError]) -> dict[str, Any]:
-    from arithsweep.tasks import parse_format
+    from arithsweep.core.tasks import parse_format
 
     try:
         return dataclasses.asdict(parse_format(text))

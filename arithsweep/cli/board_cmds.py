@@ -15,17 +15,16 @@ from pathlib import Path
 
 import typer
 
-from arithsweep.cli import DB_HELP, _json, app, err, out
-from arithsweep.errors import ArithsweepError
+from arithsweep.cli.common import DB_HELP, err, out, print_json
+from arithsweep.core.errors import ArithsweepError
 
 
 def _open(db: str | None, create: bool):
-    from arithsweep.leaderboard import open_db
+    from arithsweep.leaderboard.board import open_db
 
     return open_db(db, create=create)
 
 
-@app.command()
 def verify(
     checkpoint: Path = typer.Argument(..., help="checkpoint directory (safetensors + config.json)"),
     target: float = typer.Option(0.99, "--target", help="exact match needed to qualify, in (0, 1]"),
@@ -37,7 +36,7 @@ def verify(
     if not 0 < target <= 1:
         raise ArithsweepError(f"--target {target}: must be in (0, 1]")
     board = _open(db, create=True) if record else None  # a bad --db fails before the long run
-    from arithsweep.verify import verify as run_verify
+    from arithsweep.leaderboard.verify import verify as run_verify
 
     if as_json or not sys.stderr.isatty():
         report = run_verify(checkpoint, target)
@@ -54,9 +53,9 @@ def verify(
     res = {**report.to_dict(), "qualifies": report.qualifies,
            "entry_id": entry["id"] if entry else None}
     if as_json:
-        _json(res)
+        print_json(res)
     else:
-        from arithsweep.tables import report_detail
+        from arithsweep.cli.render import report_detail
 
         out.print(report_detail(report))
         verdict = "[green]qualifies[/]" if report.qualifies else "[red]does not qualify[/]"
@@ -69,7 +68,6 @@ def verify(
             f"not recorded: exact match {report.exact_match:.6f} is below the target {target:g}")
 
 
-@app.command()
 def leaderboard(
     task: str = typer.Option(None, "--task", "-t", help="only this task, e.g. add10"),
     target: float = typer.Option(None, "--target", help="only entries verified at >= this exact match"),
@@ -83,7 +81,7 @@ def leaderboard(
     """Verified results, fewest parameters first."""
     if sum((as_json, as_csv, as_md)) > 1:
         raise ArithsweepError("choose one of --json, --csv, --markdown")
-    from arithsweep import tables
+    from arithsweep.cli import render as tables
 
     board = _open(db, create=False)
     rows = board.query(task=task, target=target, limit=limit, all=all_rows)
@@ -101,23 +99,21 @@ def leaderboard(
         out.print(tables.rich_table(rows, title=f"arithsweep leaderboard · {board.where}"))
 
 
-@app.command()
 def show(
     entry: str = typer.Argument(..., help="entry id or sha256 prefix"),
     db: str = typer.Option(None, "--db", help=DB_HELP),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Everything about one entry: configs, breakdowns, checkpoint, MLflow run, reproduce command."""
-    from arithsweep import tables
+    from arithsweep.cli import render as tables
 
     row = _open(db, create=False).get(entry)
     if as_json:
-        _json(row)
+        print_json(row)
     else:
         out.print(tables.entry_detail(row))
 
 
-@app.command()
 def export(
     entry: str = typer.Argument(None, help="entry id or sha256 prefix (with --adderboard)"),
     adderboard: Path = typer.Option(None, "--adderboard", help="write an AdderBoard submission .py"),
@@ -130,7 +126,7 @@ def export(
         raise ArithsweepError("choose one of --adderboard FILE.py (with an ENTRY) or --markdown FILE.md")
     board = _open(db, create=False)
     if markdown is not None:
-        from arithsweep import tables
+        from arithsweep.cli import render as tables
 
         rows = board.query(all=all_rows)
         markdown.parent.mkdir(parents=True, exist_ok=True)
@@ -141,7 +137,7 @@ def export(
         raise ArithsweepError("--adderboard needs an ENTRY id, e.g. arithsweep export 1 --adderboard sub.py")
     if adderboard.suffix != ".py":
         raise ArithsweepError(f"--adderboard {adderboard}: the submission must be a .py file")
-    from arithsweep.export import export_adderboard
+    from arithsweep.leaderboard.adderboard import export_adderboard
 
     row = board.get(entry)
     written = export_adderboard(row, adderboard)

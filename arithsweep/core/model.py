@@ -5,7 +5,7 @@
 so that K seeds train at the cost of about one; `count_params` counts the unique trainable
 values of one member after tying (fixed encodings count zero).
 
-    from arithsweep.model import ArithTransformer, ModelConfig, count_params
+    from arithsweep.core.model import ArithTransformer, ModelConfig, count_params
     model = ArithTransformer(ModelConfig(vocab_size=14, n_ctx=35), k=4, seeds=[0, 1, 2, 3])
     logits = model(tokens)  # (4, B, T) or (B, T) int64 -> (4, B, T, 14)
     count_params(model)     # one member's unique parameters
@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from arithsweep.errors import CheckpointError
-from arithsweep.model_config import ACTIVATIONS, NORMS, POSITIONS, ModelConfig
+from arithsweep.core.config import ACTIVATIONS, NORMS, POSITIONS, ModelConfig
+from arithsweep.core.errors import CheckpointError
 
 __all__ = ["ACTIVATIONS", "NORMS", "POSITIONS", "ArithTransformer", "ModelConfig",
            "count_params", "param_breakdown"]

@@ -1,52 +1,29 @@
-"""The `arithsweep` command line: parse, call one function, print a Rich table or --json.
-
-Heavy libraries (torch, ray, mlflow) are imported inside the commands that need them, so
-`arithsweep --help` and `arithsweep leaderboard` stay fast. Every user mistake ends in one line
-on stderr (`error: …`) and exit code 2; nothing is half-written.
+"""Single-run commands: `train`, `ask`, `params`, `bench` (torch is imported inside each).
 
     arithsweep train --task add3
-    arithsweep --help
+    arithsweep ask runs/add3 "123+456"
+    arithsweep params --task add10 --d-model 7 --heads 1 --d-ff 14
 """
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
-from typing import Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from arithsweep.errors import ArithsweepError
-
-app = typer.Typer(
-    add_completion=False, no_args_is_help=True, rich_markup_mode=None,
-    help="Search for the smallest transformer that does integer arithmetic, verify it, "
-         "and keep a leaderboard.",
+from arithsweep.cli.common import (
+    FORMAT_HELP,
+    SET_HELP,
+    TASK_HELP,
+    err,
+    model_overrides,
+    out,
+    print_json,
 )
-# piped output is not cut to 80 columns: a leaderboard row is wider than that
-out = Console(width=None if sys.stdout.isatty() else 220)
-err = Console(stderr=True)
-
-TASK_HELP = "task: add<N>, sub<N>, mix<N> (N = 1..18) or mul<N> (N = 1..9), e.g. add3"
-FORMAT_HELP = "format words, comma-separated: pad|nopad, revans|fwdans, revops|fwdops, delim|nodelim"
-SET_HELP = "override any model or train field, e.g. --set final_norm=false (repeatable)"
-DB_HELP = "leaderboard database: SQLAlchemy URL or file path (default $ARITHSWEEP_DB or leaderboard/leaderboard.db)"
+from arithsweep.core.errors import ArithsweepError
 
 
-def _json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
-
-
-def _model_overrides(sets: list[str] | None, **named: Any) -> dict[str, Any]:
-    from arithsweep.configs import parse_sets
-
-    return {**{k: v for k, v in named.items() if v is not None}, **parse_sets(sets)}
-
-
-@app.command()
 def train(
     task: str = typer.Option(None, "--task", "-t", help=TASK_HELP),
     fmt: str = typer.Option(None, "--format", help=FORMAT_HELP),
@@ -69,18 +46,18 @@ def train(
     """Train K seeds of one architecture together; save the best as a checkpoint."""
     import time
 
-    from arithsweep.configs import build_configs
+    from arithsweep.core.overrides import build_configs
 
-    over = _model_overrides(sets, d_model=d_model, n_layers=layers, n_heads=heads, d_ff=d_ff,
+    over = model_overrides(sets, d_model=d_model, n_layers=layers, n_heads=heads, d_ff=d_ff,
                             pos=pos, seeds=seeds, steps=steps, lr=lr, seed=seed,
                             target=target, device=device)
     t, m, tc = build_configs(task, fmt, config, over)
-    from arithsweep.jobs import train_job
+    from arithsweep.core.api import train_job
 
     dest = out_dir or Path("runs") / f"{t.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     res = train_job(t, m, tc, dest, progress=not as_json)
     if as_json:
-        return _json(res)
+        return print_json(res)
     tab = Table(title=f"{res['task']} · {res['architecture']}")
     for c in ("seed", "eval exact match", ""):
         tab.add_column(c)
@@ -100,7 +77,6 @@ def train(
     )
 
 
-@app.command()
 def ask(
     checkpoint: Path = typer.Argument(..., help="checkpoint directory"),
     problems: list[str] = typer.Argument(None, help='problems such as "123+456"'),
@@ -115,11 +91,11 @@ def ask(
         items += [ln.strip() for ln in file.read_text().splitlines() if ln.strip()]
     if not items:
         raise ArithsweepError('no problems given: e.g. arithsweep ask CHECKPOINT "123+456"')
-    from arithsweep.jobs import ask_job
+    from arithsweep.core.api import ask_job
 
     res = ask_job(checkpoint, items)
     if as_json:
-        return _json(res)
+        return print_json(res)
     tab = Table(title=f"{res['task']} · {res['params']} parameters")
     for c in ("problem", "model", "true", ""):
         tab.add_column(c)
@@ -130,7 +106,6 @@ def ask(
     out.print(f"{res['correct']}/{res['total']} right")
 
 
-@app.command()
 def params(
     task: str = typer.Option(None, "--task", "-t", help=TASK_HELP),
     fmt: str = typer.Option(None, "--format", help=FORMAT_HELP),
@@ -144,16 +119,16 @@ def params(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Unique parameter count of an architecture, per component, without training."""
-    from arithsweep.configs import build_configs
+    from arithsweep.core.overrides import build_configs
 
-    over = _model_overrides(sets, d_model=d_model, n_layers=layers, n_heads=heads, d_ff=d_ff,
+    over = model_overrides(sets, d_model=d_model, n_layers=layers, n_heads=heads, d_ff=d_ff,
                             pos=pos)
     t, m, _ = build_configs(task, fmt, config, over)
-    from arithsweep.jobs import params_job
+    from arithsweep.core.api import params_job
 
     res = params_job(t, m)
     if as_json:
-        return _json(res)
+        return print_json(res)
     tab = Table(title=f"{res['task']} · {res['architecture']}")
     tab.add_column("component")
     tab.add_column("params", justify="right")
@@ -164,18 +139,17 @@ def params(
     out.print(f"vocab {res['vocab_size']} ({' '.join(res['vocab'])}) · context {res['n_ctx']}")
 
 
-@app.command()
 def bench(
     quick: bool = typer.Option(False, "--quick", help="fewer steps (a smoke run, noisier ratios)"),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Packed vs sequential training throughput, and exact-match throughput, as ratios."""
-    from arithsweep.bench import run_bench
+    from arithsweep.core.bench import run_bench
 
     res = run_bench(quick=quick, device=device, log=None if as_json else err.print)
     if as_json:
-        return _json(res)
+        return print_json(res)
     tab = Table(title=f"packed training, {res['model']} on {res['task']} ({res['device']})")
     for c in ("K", "packed ex/s", "sequential ex/s", "packed / sequential"):
         tab.add_column(c, justify="right")
@@ -187,42 +161,3 @@ def bench(
     out.print(f"exact match on {e['problems']:,} {res['task']} problems ({e['params']} params): "
               f"{e['seconds']:.2f}s = {e['problems_per_s']:,.0f}/s teacher-forced; greedy decoding "
               f"{e['greedy_per_s']:,.0f}/s ({e['speedup']:.1f}x slower)")
-
-
-def main() -> None:
-    """Console-script entry: user errors become one line on stderr and exit code 2."""
-    try:  # typer >= 0.20 vendors click as typer._click; older releases use click itself
-        from typer._click import exceptions as cx
-    except ImportError:  # pragma: no cover
-        from click import exceptions as cx
-
-    cmd = typer.main.get_command(app)
-    try:
-        code = cmd.main(args=sys.argv[1:], prog_name="arithsweep", standalone_mode=False)
-    except getattr(cx, "NoArgsIsHelpError", ()) as e:
-        print(e.ctx.get_help() if e.ctx else "arithsweep --help", file=sys.stderr)
-        sys.exit(0 if not sys.argv[1:] else 2)
-    except (typer.Abort, getattr(cx, "Abort", typer.Abort)):
-        print("aborted", file=sys.stderr)
-        sys.exit(130)
-    except cx.UsageError as e:
-        hint = f" (see arithsweep {e.ctx.info_name} --help)" if e.ctx and e.ctx.parent else ""
-        print(f"error: {_one_line(e.format_message())}{hint}", file=sys.stderr)
-        sys.exit(2)
-    except cx.ClickException as e:
-        print(f"error: {_one_line(e.format_message())}", file=sys.stderr)
-        sys.exit(2)
-    except ArithsweepError as e:
-        print(f"error: {_one_line(str(e)) or type(e).__name__}", file=sys.stderr)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        sys.exit(130)
-    sys.exit(code if isinstance(code, int) else 0)
-
-
-def _one_line(msg: str) -> str:
-    return " ".join(msg.split())
-
-# the other commands live in their own modules; importing them registers them on `app`
-from arithsweep import cli_board, cli_search  # noqa: E402,F401

@@ -4,11 +4,12 @@ Entries are only ever written from a qualifying `VerificationReport`; the same c
 (sha256) twice is one entry, updated with the newer verification. The default database is
 `leaderboard/leaderboard.db` under the current directory, overridden by `ARITHSWEEP_DB` (an
 SQLAlchemy URL, so a team can use PostgreSQL, or a plain path). Engines, URLs, SQLite setup,
-the ORM schema and the numbered migrations live in `arithsweep.leaderboard_db`; their public
+the ORM schema and the numbered migrations live in `arithsweep.leaderboard.db`; their public
 names are re-exported here. Imports neither torch, ray nor mlflow: `arithsweep leaderboard`
 must answer in well under a second.
 
-    python -c "from arithsweep.leaderboard import open_db; print(open_db(create=False).query())"
+    python -c "from arithsweep.leaderboard.board import open_db; \
+        print(open_db(create=False).query())"
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, aliased
 
-from arithsweep.errors import ArithsweepError
-from arithsweep.leaderboard_db import (  # noqa: F401  (re-exported: tests and callers use them)
+from arithsweep.core.errors import ArithsweepError
+from arithsweep.leaderboard.db import (  # noqa: F401  (re-exported: tests and callers use them)
     DEFAULT_BUSY_TIMEOUT,
     MIGRATIONS,
     AppliedMigration,
@@ -47,7 +48,7 @@ from arithsweep.leaderboard_db import (  # noqa: F401  (re-exported: tests and c
     default_db_url,
     migrate,
 )
-from arithsweep.report import VerificationReport
+from arithsweep.leaderboard.report import VerificationReport
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",

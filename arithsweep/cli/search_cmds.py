@@ -14,8 +14,8 @@ from pathlib import Path
 
 import typer
 
-from arithsweep.cli import DB_HELP, TASK_HELP, _json, app, err, out
-from arithsweep.errors import ArithsweepError
+from arithsweep.cli.common import DB_HELP, TASK_HELP, err, out, print_json
+from arithsweep.core.errors import ArithsweepError
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -61,7 +61,6 @@ def _live_view():
     return live, on_update
 
 
-@app.command()
 def search(
     task: str = typer.Option(None, "--task", "-t", help=TASK_HELP),
     target: float = typer.Option(None, "--target", help="exact match a trial must reach (default 0.99)"),
@@ -84,7 +83,7 @@ def search(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Ray Tune + Optuna search for the fewest-parameter model reaching the target."""
-    from arithsweep.search import SearchOptions
+    from arithsweep.search.driver import SearchOptions
 
     opts = SearchOptions(
         task=task, target=target, space=space, trials=trials, concurrency=concurrency,
@@ -92,22 +91,23 @@ def search(
         time_budget=parse_duration(time_budget, "--time-budget"),
         trial_time_budget=parse_duration(trial_time, "--trial-time"), trial_steps=trial_steps,
         address=address, name=name, resume=resume,
-        root=str(root.absolute()) if root else None, mlflow_uri=mlflow_uri, db_url=db,
+        root=str(root.absolute()) if root else None, mlflow_uri=mlflow_uri,
         n_verify=n_verify, seed=seed,
     )
-    from arithsweep.search import run_search
+    from arithsweep.leaderboard.verify import make_verifier
+    from arithsweep.search.driver import run_search
 
     live, on_update = (None, None) if as_json else _live_view()
     if live is not None:
         live.start()
     try:
-        summary = run_search(opts, on_update=on_update)
+        summary = run_search(opts, on_update=on_update, verifier=make_verifier(db))
     finally:
         if live is not None:
             live.stop()
     res = summary.to_dict()
     if as_json:
-        return _json(res)
+        return print_json(res)
     _print_summary(summary)
 
 
@@ -138,14 +138,13 @@ def _print_summary(s) -> None:
     out.print(f"plot {s.plot}\nMLflow {s.mlflow_uri} (arithsweep ui) · results {s.dir}")
 
 
-@app.command()
 def spaces(as_json: bool = typer.Option(False, "--json")) -> None:
     """The shipped search spaces and their dimensions."""
-    from arithsweep.spaces import list_spaces
+    from arithsweep.search.spaces import list_spaces
 
     items = list_spaces()
     if as_json:
-        return _json([{"name": s.name, "description": s.description, "path": str(s.path),
+        return print_json([{"name": s.name, "description": s.description, "path": str(s.path),
                        "dimensions": s.dimensions} for s in items])
     for s in items:
         out.print(f"[bold]{s.name}[/]  {s.description}  [dim]{s.path}[/]")
@@ -153,7 +152,6 @@ def spaces(as_json: bool = typer.Option(False, "--json")) -> None:
             out.print(f"    {d}")
 
 
-@app.command()
 def ui(
     root: Path = typer.Option(None, "--root", help="where searches live (default ./searches)"),
     mlflow_uri: str = typer.Option(None, "--mlflow-uri", help="tracking URI (default sqlite:///<root>/mlflow.db)"),

@@ -1,0 +1,67 @@
+"""The `arithsweep` command line: one Typer app, one list of commands, one error policy.
+
+Parse, call one function, print a Rich table or --json. Heavy libraries (torch, ray, mlflow)
+are imported inside the commands that need them, so `arithsweep --help` and `arithsweep
+leaderboard` stay fast. Every user mistake ends in one line on stderr (`error: …`) and exit
+code 2; nothing is half-written.
+
+    arithsweep train --task add3
+    arithsweep --help
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from arithsweep.cli import board_cmds, run_cmds, search_cmds
+from arithsweep.cli.common import one_line
+from arithsweep.core.errors import ArithsweepError
+
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+    help="Search for the smallest transformer that does integer arithmetic, verify it, "
+         "and keep a leaderboard.",
+)
+
+# The one list of commands, in the order `--help` shows them.
+COMMANDS = (
+    run_cmds.train, run_cmds.ask, run_cmds.params, run_cmds.bench,
+    search_cmds.search, search_cmds.spaces, search_cmds.ui,
+    board_cmds.verify, board_cmds.leaderboard, board_cmds.show, board_cmds.export,
+)
+for _command in COMMANDS:
+    app.command()(_command)
+
+
+def main() -> None:
+    """Console-script entry: user errors become one line on stderr and exit code 2."""
+    try:  # typer >= 0.20 vendors click as typer._click; older releases use click itself
+        from typer._click import exceptions as cx
+    except ImportError:  # pragma: no cover
+        from click import exceptions as cx
+
+    cmd = typer.main.get_command(app)
+    try:
+        code = cmd.main(args=sys.argv[1:], prog_name="arithsweep", standalone_mode=False)
+    except getattr(cx, "NoArgsIsHelpError", ()) as e:
+        print(e.ctx.get_help() if e.ctx else "arithsweep --help", file=sys.stderr)
+        sys.exit(0 if not sys.argv[1:] else 2)
+    except (typer.Abort, getattr(cx, "Abort", typer.Abort)):
+        print("aborted", file=sys.stderr)
+        sys.exit(130)
+    except cx.UsageError as e:
+        hint = f" (see arithsweep {e.ctx.info_name} --help)" if e.ctx and e.ctx.parent else ""
+        print(f"error: {one_line(e.format_message())}{hint}", file=sys.stderr)
+        sys.exit(2)
+    except cx.ClickException as e:
+        print(f"error: {one_line(e.format_message())}", file=sys.stderr)
+        sys.exit(2)
+    except ArithsweepError as e:
+        print(f"error: {one_line(str(e)) or type(e).__name__}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,222 @@
+"""Every configuration dataclass, validated, with the ONE set of defaults.
+
+`ModelConfig` describes an architecture in the searched family, `TrainConfig` one training run
+of K packed seeds. Their field defaults *are* what `arithsweep train` does with no options
+(1 layer, d_model 16, 2 heads, d_ff 32, relu, LayerNorm, tied embeddings, learned positions;
+3000 steps of batch 128 per seed at lr 1e-2, 4 seeds): reaches 99%+ exact match on add3 in
+about half a minute on a 2-core CPU. Search spaces, checkpoints and `--set` override fields;
+nothing else holds a second copy of a default.
+
+Torch-free on purpose, so that search spaces, the CLI and `arithsweep params` validate a
+configuration without importing torch. Errors name the field (`ConfigError`).
+
+    python -c "from arithsweep.core.config import ModelConfig, TrainConfig; \
+        print(ModelConfig(vocab_size=12, n_ctx=11).summary(), TrainConfig())"
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any, ClassVar, TypeVar
+
+from arithsweep.core.errors import ConfigError
+
+C = TypeVar("C", bound="DictConfig")
+
+
+class DictConfig:
+    _label: ClassVar[str] = "config"  # how errors name this kind of config
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls: type[C], d: dict[str, Any]) -> C:
+        if not isinstance(d, dict):
+            raise ConfigError(f"{cls._label}: expected a mapping of fields, got {type(d).__name__}")
+        known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"{cls._label}: unknown field(s) {', '.join(unknown)}")
+        return cls(**d)
+
+ACTIVATIONS = ("relu", "gelu", "swiglu")
+NORMS = ("layer", "rms", "none")
+POSITIONS = ("learned", "sinusoidal", "rope", "abacus", "none")
+
+
+@dataclass
+class ModelConfig(DictConfig):
+    _label = "model config"  # unannotated: a class attribute, not a dataclass field
+
+    vocab_size: int  # from the task; token ids 0..9 are always the digits
+    n_ctx: int  # longest input the model sees (learned position table size)
+    n_layers: int = 1
+    d_model: int = 16
+    n_heads: int = 2
+    d_head: int | None = None  # q/k width per head; None = d_model // n_heads
+    d_vhead: int | None = None  # value width per head ("split widths"); None = d_model // n_heads
+    d_ff: int = 32  # MLP hidden width; 0 = attention-only blocks
+    activation: str = "relu"  # relu | gelu | swiglu (swiglu has two input projections)
+    norm: str = "layer"  # layer | rms | none, before attention and before the MLP
+    norm_bias: bool = True  # LayerNorm's additive bias (rms has none)
+    final_norm: bool = True  # a norm before the unembedding
+    share_norms: bool = False  # one set of norm weights for every norm site (AdderBoard trick)
+    attn_bias: bool = False  # biases on q/k/v/o projections
+    mlp_bias: bool = False  # biases on the MLP projections
+    unembed_bias: bool = False
+    tie_embeddings: bool = True  # unembedding = embedding transposed
+    pos: str = "learned"  # learned | sinusoidal | rope | abacus | none
+    rope_base: float = 10000.0  # only with pos == "rope"
+    abacus_max: int = 32  # abacus table size: most digits one number may have (+1)
+    n_loops: int = 1  # times the layer stack is applied with shared weights (looped transformer)
+    input_injection: bool = True  # re-add the input embedding before each loop after the first
+    rank: int = 0  # low-rank factorisation W = A @ B of attention/MLP projections; 0 = full rank
+    tie_kv: bool = False  # keys and values share one projection (needs d_head == d_vhead)
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, field: str, why: str) -> None:
+            if not ok:
+                raise ConfigError(f"model config: {field}={getattr(self, field)!r}: {why}")
+
+        for name in ("vocab_size", "n_ctx", "n_layers", "d_model", "n_heads", "n_loops"):
+            v = getattr(self, name)
+            need(isinstance(v, int) and not isinstance(v, bool) and v >= 1, name,
+                 "must be a whole number >= 1")
+        for name in ("d_ff", "rank"):
+            v = getattr(self, name)
+            need(isinstance(v, int) and not isinstance(v, bool) and v >= 0, name,
+                 "must be a whole number >= 0")
+        need(self.vocab_size >= 10, "vocab_size", "must hold at least the ten digits")
+        # from_dict takes JSON/YAML: "false" or 1 must not slip through as a truthy flag
+        for name in ("norm_bias", "final_norm", "share_norms", "attn_bias", "mlp_bias",
+                     "unembed_bias", "tie_embeddings", "input_injection", "tie_kv"):
+            need(isinstance(getattr(self, name), bool), name, "must be true or false")
+        need(isinstance(self.abacus_max, int) and not isinstance(self.abacus_max, bool),
+             "abacus_max", "must be a whole number >= 2")
+        need(isinstance(self.rope_base, (int, float)) and not isinstance(self.rope_base, bool)
+             and math.isfinite(self.rope_base), "rope_base", "must be a finite number")
+        need(self.activation in ACTIVATIONS, "activation",
+             f"must be one of {', '.join(ACTIVATIONS)}")
+        need(self.norm in NORMS, "norm", f"must be one of {', '.join(NORMS)}")
+        need(self.pos in POSITIONS, "pos", f"must be one of {', '.join(POSITIONS)}")
+        if self.d_head is None:
+            need(self.d_model % self.n_heads == 0, "n_heads",
+                 f"must divide d_model={self.d_model} unless d_head is given")
+        else:
+            need(isinstance(self.d_head, int) and not isinstance(self.d_head, bool)
+                 and self.d_head >= 1, "d_head",
+                 "must be a whole number >= 1 (or null)")
+        if self.d_vhead is None:
+            need(self.d_model % self.n_heads == 0, "n_heads",
+                 f"must divide d_model={self.d_model} unless d_vhead is given")
+        else:
+            need(isinstance(self.d_vhead, int) and not isinstance(self.d_vhead, bool)
+                 and self.d_vhead >= 1, "d_vhead",
+                 "must be a whole number >= 1 (or null)")
+        if self.pos == "rope":
+            need(self.qk_head % 2 == 0, "d_head",
+                 f"rope needs an even q/k head width (got {self.qk_head})")
+            need(self.rope_base > 1, "rope_base", "must be > 1")
+        need(self.abacus_max >= 2, "abacus_max", "must be >= 2")
+        if self.tie_kv:
+            need(self.qk_head == self.v_head, "tie_kv",
+                 f"needs equal q/k and value head widths (got {self.qk_head} and {self.v_head})")
+        if self.rank:
+            need(self.rank < self.d_model, "rank",
+                 f"must be below d_model={self.d_model} (0 = full)")
+
+    @property
+    def qk_head(self) -> int:
+        return self.d_head if self.d_head is not None else self.d_model // self.n_heads
+
+    @property
+    def v_head(self) -> int:
+        return self.d_vhead if self.d_vhead is not None else self.d_model // self.n_heads
+
+    def summary(self) -> str:
+        """A short architecture label for tables, e.g. `1L d7 h1 ff14 relu ln tied learned`."""
+        parts = [f"{self.n_layers}L", f"d{self.d_model}", f"h{self.n_heads}"]
+        if self.d_head is not None:
+            parts.append(f"dh{self.d_head}")
+        if self.d_vhead is not None:
+            parts.append(f"dv{self.d_vhead}")
+        parts.append(f"ff{self.d_ff}" if self.d_ff else "noMLP")
+        if self.d_ff:
+            parts.append(self.activation)
+        parts.append({"layer": "ln", "rms": "rms", "none": "nonorm"}[self.norm])
+        if self.tie_embeddings:
+            parts.append("tied")
+        parts.append(self.pos)
+        if self.n_loops > 1:
+            parts.append(f"x{self.n_loops}")
+        if self.rank:
+            parts.append(f"r{self.rank}")
+        if self.tie_kv:
+            parts.append("k=v")
+        return " ".join(parts)
+
+SAMPLINGS = ("uniform", "values", "carry", "mixed")
+
+
+@dataclass
+class TrainConfig(DictConfig):
+    _label = "train config"  # unannotated: a class attribute, not a dataclass field
+
+    steps: int = 3000  # optimiser steps of the first cosine pass (early stop may end sooner)
+    batch_size: int = 128  # problems per step *per seed*
+    lr: float = 1e-2  # peak learning rate after warmup
+    min_lr_ratio: float = 0.05  # cosine floor as a fraction of lr
+    warmup: int = 50  # linear warmup steps
+    weight_decay: float = 0.01  # AdamW decay on matrices only (not norms, biases)
+    beta1: float = 0.9
+    beta2: float = 0.98
+    grad_clip: float = 1.0  # per-seed global-norm clip; 0 = off
+    seeds: int = 4  # K: seeds of one architecture trained together
+    seed: int = 0  # seed i of the pack is seed + i (init and data)
+    # uniform (operand lengths uniform) | values (operands uniform over the problem space) |
+    # carry (carry cascades forced) | mixed: carry_frac carry, the rest half uniform, half values
+    sampling: str = "mixed"
+    carry_frac: float = 0.25  # with "mixed": share of each batch drawn carry-enriched
+    curriculum_steps: int = 0  # steps over which the longest operand length grows to full; 0 = off
+    restart_steps: int = 0  # a second cosine pass of this many steps (warm restart); 0 = off
+    eval_every: int = 100  # steps between exact-match evaluations
+    eval_size: int = 4096  # held-out problems per evaluation (disjoint from the training stream)
+    target: float = 0.99  # early stop once any seed reaches this exact match
+    early_stop: bool = True
+    # examples per forward/backward across the whole pack; a step is split into micro-batches
+    # of about this size and their gradients summed (same update). 0 = auto: ~1024 on a CPU,
+    # where a bigger call spills the L2 cache, and the whole step on a GPU.
+    micro_batch: int = 0
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    compile: bool = False  # torch.compile the packed loss (pays off on long runs)
+    time_budget: float = 0.0  # seconds; stop after the evaluation that crosses it; 0 = none
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, field: str, why: str) -> None:
+            if not ok:
+                raise ConfigError(f"train config: {field}={getattr(self, field)!r}: {why}")
+
+        def whole(field: str, lo: int) -> None:
+            v = getattr(self, field)
+            need(isinstance(v, int) and not isinstance(v, bool) and v >= lo, field,
+                 f"must be a whole number >= {lo}")
+
+        for f in ("steps", "batch_size", "seeds", "eval_every", "eval_size"):
+            whole(f, 1)
+        for f in ("warmup", "curriculum_steps", "restart_steps", "seed", "micro_batch"):
+            whole(f, 0)
+        need(self.lr > 0, "lr", "must be > 0")
+        need(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", "must be in [0, 1]")
+        need(self.weight_decay >= 0, "weight_decay", "must be >= 0")
+        need(0 <= self.beta1 < 1, "beta1", "must be in [0, 1)")
+        need(0 <= self.beta2 < 1, "beta2", "must be in [0, 1)")
+        need(self.grad_clip >= 0, "grad_clip", "must be >= 0 (0 = off)")
+        need(self.sampling in SAMPLINGS, "sampling", f"must be one of {', '.join(SAMPLINGS)}")
+        need(0 <= self.carry_frac <= 1, "carry_frac", "must be in [0, 1]")
+        need(0 < self.target <= 1, "target", "must be in (0, 1]")
+        need(self.time_budget >= 0, "time_budget", "must be >= 0 seconds (0 = none)")
+        need(isinstance(self.device, str) and (self.device in ("auto", "cpu")
+             or self.device.startswith("cuda")), "device", "must be auto, cpu, cuda or cuda:N")
+
