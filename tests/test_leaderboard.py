@@ -1,13 +1,12 @@
 """The leaderboard database (schema, migrations, writes, queries, concurrency, bad files) and
-its renderings; every test uses its own SQLite file under tmp_path.
+its Rich renderings; every test uses its own SQLite file under tmp_path. The string formats
+and `publish` are tested in test_publish.py.
 
     .venv/bin/python -m pytest tests/test_leaderboard.py -q
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 import sqlite3
@@ -23,9 +22,12 @@ import sqlalchemy as sa
 from test_report import make_report  # tests/ is on sys.path (pytest's rootdir import mode)
 
 import arithsweep.leaderboard.board as lbmod
-from arithsweep.cli.render import entry_detail, rich_table, to_csv, to_json, to_markdown
+from arithsweep.cli.render import entry_detail, rich_table
 from arithsweep.core.errors import ArithsweepError
-from arithsweep.leaderboard.board import MIGRATIONS, Entry, default_db_url, migrate, open_db
+from arithsweep.leaderboard.board import default_db_url, open_db
+from arithsweep.leaderboard.db import make_engine
+from arithsweep.leaderboard.migrations import MIGRATIONS, Migrations, migrate, migration_id
+from arithsweep.leaderboard.schema import Entry
 
 ROOT = Path(__file__).resolve().parents[1]
 ENTRY_COLUMNS = {
@@ -49,7 +51,7 @@ def url(tmp_path) -> str:
 def test_no_heavy_imports():
     code = (
         "import arithsweep.leaderboard.board, arithsweep.cli.render, "
-        "arithsweep.leaderboard.report; import sys; "
+        "arithsweep.leaderboard.report, arithsweep.leaderboard.publish; import sys; "
         "assert not {'torch','ray','mlflow'} & set(sys.modules), "
         "{'torch','ray','mlflow'} & set(sys.modules)"
     )
@@ -66,7 +68,7 @@ def test_fresh_database_schema_and_migrations(url):
     with lb._engine.connect() as conn:
         rows = conn.execute(sa.text("SELECT id, name FROM _migrations ORDER BY id")).all()
         mode = conn.exec_driver_sql("PRAGMA journal_mode").scalar()
-    names = [fn.__name__.lstrip("_") for fn in MIGRATIONS]
+    names = [migration_id(fn)[1] for fn in MIGRATIONS]
     assert [r.name for r in rows] == names and len(names) >= 3
     assert [r.id for r in rows] == list(range(1, len(names) + 1))
     assert mode == "wal"
@@ -75,22 +77,121 @@ def test_fresh_database_schema_and_migrations(url):
     assert open_db(url).count() == 0  # and so is reopening
 
 
-def test_old_database_is_upgraded_in_place(url):
-    engine = sa.create_engine(url)
-    with engine.begin() as conn:  # a database as version 001 left it, with one entry
-        lbmod.AppliedMigration.__table__.create(conn)
-        lbmod._m001_initial(conn)
-        conn.execute(sa.insert(lbmod.AppliedMigration).values(id=1, name="m001_initial",
-                                                               applied_at="2020"))  # fmt: skip
-        values = lbmod._values(make_report(), sha(7))
-        del values["suite_size"], values["verified_at"]
-        values["created_at"] = "2020-01-01T00:00:00.000000+00:00"
-        old_entries = sa.Table("entries", sa.MetaData(), autoload_with=conn)
-        conn.execute(sa.insert(old_entries).values(**values))
+# What the first releases (a hand-kept MIGRATIONS list in db.py) wrote on SQLite, copied from
+# the sqlite_master of a database they made: such a database must upgrade in place.
+OLD_DDL = [
+    "CREATE TABLE _migrations (id INTEGER NOT NULL, name VARCHAR(100) NOT NULL, "
+    "applied_at VARCHAR(40) NOT NULL, PRIMARY KEY (id))",
+    "CREATE TABLE entries (id INTEGER NOT NULL, task VARCHAR(64) NOT NULL, format VARCHAR(64) "
+    "NOT NULL, target FLOAT NOT NULL, params INTEGER NOT NULL, model_config JSON NOT NULL, "
+    "train_config JSON NOT NULL, architecture TEXT NOT NULL, exact_match FLOAT NOT NULL, "
+    "n_problems BIGINT NOT NULL, n_failures BIGINT NOT NULL, nines INTEGER NOT NULL, "
+    "wilson_lower FLOAT NOT NULL, failures JSON NOT NULL, breakdown JSON NOT NULL, suite "
+    "VARCHAR(32) NOT NULL, suite_seed BIGINT NOT NULL, checkpoint_path TEXT NOT NULL, sha256 "
+    "VARCHAR(64) NOT NULL, mlflow_run_id VARCHAR(64), search_name TEXT, trial_id TEXT, seed "
+    "BIGINT, steps BIGINT, wall_time FLOAT, device VARCHAR(64), version VARCHAR(32) NOT NULL, "
+    "reproduce TEXT NOT NULL, created_at VARCHAR(40) NOT NULL, PRIMARY KEY (id), "
+    "CONSTRAINT uq_entries_sha256 UNIQUE (sha256))",
+]
+OLD_STEPS = {2: ["CREATE INDEX ix_entries_task_params ON entries (task, params)"],
+             3: ["ALTER TABLE entries ADD COLUMN suite_size BIGINT",
+                 "ALTER TABLE entries ADD COLUMN verified_at VARCHAR(40)"]}  # fmt: skip
+OLD_NAMES = ["m001_initial", "m002_index_task_params", "m003_suite_size_verified_at"]
+
+
+def old_database(path: Path, applied: int) -> None:
+    """A database as the old migration code left it after its first `applied` migrations."""
+    values = lbmod._values(make_report(), sha(7))
+    del values["suite_size"], values["verified_at"]
+    values["created_at"] = "2020-01-01T00:00:00.000000+00:00"
+    values = {k: json.dumps(v) if isinstance(v, dict | list) else v for k, v in values.items()}
+    with sqlite3.connect(path) as conn:
+        for stmt in OLD_DDL + [q for i in range(2, applied + 1) for q in OLD_STEPS[i]]:
+            conn.execute(stmt)
+        conn.executemany("INSERT INTO _migrations VALUES (?, ?, '2020')",
+                         list(enumerate(OLD_NAMES[:applied], 1)))
+        conn.execute(f"INSERT INTO entries ({', '.join(values)}) "
+                     f"VALUES ({', '.join('?' * len(values))})", list(values.values()))
+    conn.close()
+
+
+@pytest.mark.parametrize("applied", [1, 2, 3])
+def test_database_from_the_old_migration_code_upgrades(tmp_path, applied):
+    path = tmp_path / "old.db"
+    old_database(path, applied)
+    engine = make_engine(f"sqlite:///{path}")
+    assert migrate(engine) == OLD_NAMES[applied:]  # only what the old code had not applied
+    assert migrate(engine) == []
+    with engine.connect() as conn:
+        recorded = conn.execute(sa.text("SELECT id, name, applied_at FROM _migrations")).all()
+        insp = sa.inspect(conn)
+        assert {c["name"] for c in insp.get_columns("entries")} == ENTRY_COLUMNS
+        assert any(ix["name"] == "ix_entries_task_params" for ix in insp.get_indexes("entries"))
     engine.dispose()
-    lb = open_db(url)
+    assert [(r.id, r.name) for r in recorded] == list(enumerate(OLD_NAMES, 1))
+    assert [r.applied_at for r in recorded][:applied] == ["2020"] * applied  # left alone
+    lb = open_db(str(path))
     (row,) = lb.query()
     assert row["sha256"] == sha(7) and row["suite_size"] is None and row["params"] == 777
+    lb.record(make_report(sha256=sha(8), params=5))
+    assert [r["sha256"] for r in lb.query(all=True)] == [sha(8), sha(7)]
+
+
+def test_migrations_register_and_run_in_order(url):
+    assert [migration_id(fn) for fn in MIGRATIONS][:3] == list(enumerate(OLD_NAMES, 1))
+    reg, ran = Migrations(), []
+
+    @reg.register
+    def m001_first(conn):
+        ran.append(1)
+        conn.exec_driver_sql("CREATE TABLE a (x INTEGER)")
+
+    @reg.register
+    def _m002_second(conn):  # a leading underscore is not part of the recorded name
+        ran.append(2)
+        conn.exec_driver_sql("INSERT INTO a VALUES (2)")
+
+    def m004_skips_one(conn): ...
+
+    def add_x(conn): ...
+
+    with pytest.raises(ValueError, match="m004_skips_one registered as number 3"):
+        reg.register(m004_skips_one)
+    with pytest.raises(ValueError, match="m<NNN>_<what>"):
+        reg.register(add_x)
+    assert [fn.__name__ for fn in reg] == ["m001_first", "_m002_second"]
+    engine = make_engine(url)
+    assert migrate(engine, reg) == ["m001_first", "m002_second"] and ran == [1, 2]
+    assert migrate(engine, reg) == [] and ran == [1, 2]  # idempotent: nothing runs twice
+    with engine.connect() as conn:
+        names = conn.exec_driver_sql("SELECT name FROM _migrations ORDER BY id").scalars().all()
+    assert names == ["m001_first", "m002_second"]
+    engine.dispose()
+
+
+def test_each_migration_is_its_own_transaction(url):
+    reg, crash = Migrations(), [True]
+
+    @reg.register
+    def m001_a(conn):
+        conn.exec_driver_sql("CREATE TABLE a (x)")
+
+    @reg.register
+    def m002_b(conn):
+        conn.exec_driver_sql("CREATE TABLE b (x)")
+        if crash:
+            raise RuntimeError("crash halfway through m002")
+
+    engine = make_engine(url)
+    with pytest.raises(RuntimeError, match="halfway"):
+        migrate(engine, reg)
+    with engine.connect() as conn:
+        tables = set(sa.inspect(conn).get_table_names())
+        done = conn.exec_driver_sql("SELECT id, name FROM _migrations").all()
+    assert "a" in tables and "b" not in tables and [tuple(r) for r in done] == [(1, "m001_a")]
+    crash.clear()
+    assert migrate(engine, reg) == ["m002_b"]  # m001 is not run again
+    engine.dispose()
 
 
 def test_record_refuses_non_qualifying_and_writes_nothing(url):
@@ -294,21 +395,11 @@ def test_concurrent_writers_same_checkpoints(url):
     assert open_db(url).count() == 15
 
 
-def test_renderings_contain_the_rows(url):
+def test_rich_renderings_contain_the_rows(url):
     lb = open_db(url)
     lb.record(make_report(sha256=sha(1), params=777, exact_match=0.9999999, target=0.99))
     lb.record(make_report(sha256=sha(2), task="add10", params=1234, architecture="a|b"))
     rows = lb.query()
-    md = to_markdown(rows, title="Smallest verified models")
-    assert md.startswith("## Smallest verified models")
-    assert "| rank | task | params | exact match | nines |" in md
-    assert "| 1 | add3 | 777 | 99.9999% |" in md  # rounded down, never 100%
-    assert "a\\|b" in md and "1,000" in md
-    assert "_No verified entries" in to_markdown([])
-    parsed = list(csv.DictReader(io.StringIO(to_csv(rows))))
-    assert [r["params"] for r in parsed] == ["777", "1234"]
-    assert json.loads(parsed[0]["model_config"]) == {"d_model": 7, "n_layers": 1}
-    assert json.loads(to_json(rows)) == json.loads(json.dumps(rows))
     from rich.console import Console
 
     console = Console(width=200, record=True)

@@ -30,6 +30,7 @@ COMMANDS = (
     run_cmds.train, run_cmds.ask, run_cmds.params, run_cmds.bench,
     search_cmds.search, search_cmds.spaces, search_cmds.ui,
     board_cmds.verify, board_cmds.leaderboard, board_cmds.show, board_cmds.export,
+    board_cmds.publish,
 )
 for _command in COMMANDS:
     app.command()(_command)

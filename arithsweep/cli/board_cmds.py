@@ -1,11 +1,12 @@
-"""Leaderboard commands: `verify`, `leaderboard`, `show`, `export`.
+"""Leaderboard commands: `verify`, `leaderboard`, `show`, `export`, `publish`.
 
-`leaderboard` and `show` import neither torch nor ray nor mlflow (they read SQLite through
-SQLAlchemy only), so they answer in well under a second; `verify` and `export --adderboard`
-load weights and import torch inside the command.
+`leaderboard`, `show` and `publish` import neither torch nor ray nor mlflow (they read SQLite
+through SQLAlchemy only), so they answer in well under a second; `verify` and
+`export --adderboard` load weights and import torch inside the command.
 
     arithsweep verify runs/add3/best --record
     arithsweep leaderboard --task add3
+    arithsweep publish --dir leaderboard
 """
 
 from __future__ import annotations
@@ -82,15 +83,16 @@ def leaderboard(
     if sum((as_json, as_csv, as_md)) > 1:
         raise ArithsweepError("choose one of --json, --csv, --markdown")
     from arithsweep.cli import render as tables
+    from arithsweep.leaderboard import publish as formats
 
     board = _open(db, create=False)
     rows = board.query(task=task, target=target, limit=limit, all=all_rows)
     if as_json:
-        sys.stdout.write(tables.to_json(rows) + "\n")
+        sys.stdout.write(formats.to_json(rows) + "\n")
     elif as_csv:
-        sys.stdout.write(tables.to_csv(rows))
+        sys.stdout.write(formats.to_csv(rows))
     elif as_md:
-        sys.stdout.write(tables.to_markdown(rows))
+        sys.stdout.write(formats.to_markdown(rows))
     elif not rows:
         err.print(f"no entries in {board.where}"
                   + (f" for {task}" if task else "")
@@ -126,11 +128,11 @@ def export(
         raise ArithsweepError("choose one of --adderboard FILE.py (with an ENTRY) or --markdown FILE.md")
     board = _open(db, create=False)
     if markdown is not None:
-        from arithsweep.cli import render as tables
+        from arithsweep.leaderboard.publish import to_markdown
 
         rows = board.query(all=all_rows)
         markdown.parent.mkdir(parents=True, exist_ok=True)
-        markdown.write_text(tables.to_markdown(rows, title="arithsweep leaderboard"))
+        markdown.write_text(to_markdown(rows, title="arithsweep leaderboard"))
         out.print(f"wrote {len(rows)} rows to {markdown}")
         return
     if entry is None:
@@ -143,3 +145,25 @@ def export(
     written = export_adderboard(row, adderboard)
     out.print(f"wrote {adderboard} and {', '.join(str(p) for p in written)}; check it with "
               f"AdderBoard's verify.py {adderboard}")
+
+
+def publish(
+    dest: Path = typer.Option(Path("leaderboard"), "--dir", help="folder to write LEADERBOARD.md and checkpoints/ into"),
+    all_rows: bool = typer.Option(False, "--all", help="every entry, not the best per task and the smallest per (task, target)"),
+    db: str = typer.Option(None, "--db", help=DB_HELP),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Write LEADERBOARD.md and a checked copy of every listed checkpoint, ready to commit."""
+    from arithsweep.leaderboard import publish as pub
+
+    board = _open(db, create=False)
+    rows = board.query(all=True)
+    if not rows:
+        raise ArithsweepError(f"no entries in {board.where} to publish "
+                              "(add one: arithsweep verify CHECKPOINT --record)")
+    res = pub.publish(rows if all_rows else pub.select_rows(rows), dest)
+    if as_json:
+        print_json(res)
+    else:
+        out.print(f"wrote {res['markdown']} and {len(res['entries'])} checkpoint folder(s) "
+                  f"under {dest / pub.CHECKPOINTS}")

@@ -1,98 +1,22 @@
-"""Render leaderboard rows (the dicts `Leaderboard.query`/`get` return) for people and tools.
+"""Rich renderables for leaderboard rows and verification reports, for people at a terminal.
 
-`to_json`, `to_csv` and `to_markdown` return strings (the markdown is a GitHub table, as in the
-published leaderboard/LEADERBOARD.md); `rich_table` and `entry_detail` return Rich renderables
-for `arithsweep leaderboard` and `arithsweep show`. No torch: this sits on the fast path.
+`rich_table` (`arithsweep leaderboard`), `entry_detail` (`arithsweep show`) and `report_detail`
+(`arithsweep verify`). The string formats (JSON, CSV, markdown) and the published
+LEADERBOARD.md live in `arithsweep.leaderboard.publish`, whose columns and cells this reuses so
+that the terminal and the markdown tables agree. No torch: this sits on the fast path.
 
-    python -c "from arithsweep.leaderboard.board import open_db; from arithsweep.cli.render import \\
-        to_markdown; print(to_markdown(open_db(create=False).query()))"
+    python -c "from rich import print; from arithsweep.leaderboard.board import open_db; \\
+        from arithsweep.cli.render import rich_table; \\
+        print(rich_table(open_db(create=False).query()))"
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import re
-from decimal import ROUND_DOWN, Decimal
 from typing import Any
 
-# Columns of every human-facing table (markdown, Rich); `_cells` renders one row.
-COLUMNS = ("rank", "task", "params", "exact match", "nines", "problems checked",
-           "architecture", "date", "entry id")  # fmt: skip
-
-# Flat columns for CSV (spreadsheets); the nested failures and breakdown live in the JSON.
-CSV_FIELDS = (
-    "rank", "id", "task", "format", "params", "exact_match", "nines", "wilson_lower",
-    "n_problems", "n_failures", "target", "architecture", "suite", "suite_seed", "suite_size",
-    "sha256", "checkpoint_path", "mlflow_run_id", "search_name", "trial_id", "seed", "steps",
-    "wall_time", "device", "version", "created_at", "verified_at", "reproduce",
-    "model_config", "train_config",
-)  # fmt: skip
-
-
-def percent(x: float | None) -> str:
-    """Exact match as a percentage with 4 decimals, rounded down: 0.9999999 -> "99.9999%".
-
-    Rounded down so that a model with failures never shows as 100.0000%; via Decimal(repr)
-    so that 0.99 stays 99.0000% and does not become 98.9999%.
-    """
-    if x is None:
-        return ""
-    return f"{(Decimal(repr(float(x))) * 100).quantize(Decimal('0.0001'), ROUND_DOWN)}%"
-
-
-def _date(row: dict[str, Any]) -> str:
-    return str(row.get("created_at") or "")[:10]  # ISO-8601: the date is the first 10 chars
-
-
-def _cells(row: dict[str, Any]) -> list[str]:
-    n = row.get("n_problems")
-    return [
-        "" if row.get("rank") is None else str(row["rank"]),
-        str(row.get("task", "")),
-        str(row.get("params", "")),
-        percent(row.get("exact_match")),
-        str(row.get("nines", "")),
-        f"{n:,}" if isinstance(n, int) else "",
-        str(row.get("architecture") or ""),
-        _date(row),
-        str(row.get("id", "")),
-    ]
-
-
-def to_json(rows: list[dict[str, Any]]) -> str:
-    """All fields of every row (nested configs and breakdowns included), indented JSON."""
-    return json.dumps(list(rows), indent=2, default=str)
-
-
-def to_csv(rows: list[dict[str, Any]]) -> str:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        flat = {k: row.get(k) for k in CSV_FIELDS}
-        for k in ("model_config", "train_config"):
-            flat[k] = json.dumps(row.get(k) or {}, sort_keys=True)
-        writer.writerow(flat)
-    return buf.getvalue()
-
-
-def _md_escape(cell: str) -> str:
-    return cell.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-
-
-def to_markdown(rows: list[dict[str, Any]], title: str | None = None) -> str:
-    """A GitHub-flavoured markdown table (right-aligned numbers), optionally under a heading."""
-    out = [f"## {title}", ""] if title else []
-    if not rows:
-        return "\n".join([*out, "_No verified entries yet._", ""])
-    right = {"rank", "params", "exact match", "nines", "problems checked", "entry id"}
-    out.append("| " + " | ".join(COLUMNS) + " |")
-    out.append("|" + "|".join("---:" if c in right else "---" for c in COLUMNS) + "|")
-    for row in rows:
-        out.append("| " + " | ".join(_md_escape(c) for c in _cells(row)) + " |")
-    return "\n".join(out) + "\n"
+from arithsweep.leaderboard.publish import COLUMNS, RIGHT_ALIGNED, cells, percent
 
 
 def rich_table(rows: list[dict[str, Any]], title: str | None = None) -> Any:
@@ -100,12 +24,11 @@ def rich_table(rows: list[dict[str, Any]], title: str | None = None) -> Any:
     from rich.table import Table  # lazy: --json/--csv output never needs Rich
 
     table = Table(title=title)
-    right = {"rank", "params", "exact match", "nines", "problems checked", "entry id"}
     for col in COLUMNS:
-        table.add_column(col, justify="right" if col in right else "left",
+        table.add_column(col, justify="right" if col in RIGHT_ALIGNED else "left",
                          no_wrap=col != "architecture")  # fmt: skip
     for row in rows:
-        table.add_row(*_cells(row))
+        table.add_row(*cells(row))
     return table
 
 

@@ -3,10 +3,9 @@
 Entries are only ever written from a qualifying `VerificationReport`; the same checkpoint
 (sha256) twice is one entry, updated with the newer verification. The default database is
 `leaderboard/leaderboard.db` under the current directory, overridden by `ARITHSWEEP_DB` (an
-SQLAlchemy URL, so a team can use PostgreSQL, or a plain path). Engines, URLs, SQLite setup,
-the ORM schema and the numbered migrations live in `arithsweep.leaderboard.db`; their public
-names are re-exported here. Imports neither torch, ray nor mlflow: `arithsweep leaderboard`
-must answer in well under a second.
+SQLAlchemy URL, so a team can use PostgreSQL, or a plain path). Engines, URLs and SQLite setup
+live in `db.py`, the ORM classes in `schema.py`, the migrations in `migrations.py`. Imports
+neither torch, ray nor mlflow: `arithsweep leaderboard` must answer in well under a second.
 
     python -c "from arithsweep.leaderboard.board import open_db; \
         print(open_db(create=False).query())"
@@ -24,43 +23,22 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, aliased
 
 from arithsweep.core.errors import ArithsweepError
-from arithsweep.leaderboard.db import (  # noqa: F401  (re-exported: tests and callers use them)
+from arithsweep.leaderboard.db import (
     DEFAULT_BUSY_TIMEOUT,
-    MIGRATIONS,
-    AppliedMigration,
-    Base,
-    Entry,
-    _add_column,
-    _applied,
-    _connect_args,
-    _guard,
-    _m001_initial,
-    _m002_index_task_params,
-    _m003_suite_size_verified_at,
-    _make_engine,
-    _migration_id,
-    _normalize_url,
-    _now,
-    _sqlite_path,
-    _translate,
-    _where,
-    _writer,
     default_db_url,
-    migrate,
+    guard,
+    make_engine,
+    normalize_url,
+    sqlite_path,
+    where,
+    writer,
 )
+from arithsweep.leaderboard.migrations import migrate
 from arithsweep.leaderboard.report import VerificationReport
+from arithsweep.leaderboard.schema import Entry, utc_timestamp
 
-__all__ = [
-    "DEFAULT_BUSY_TIMEOUT",
-    "MIGRATIONS",
-    "AppliedMigration",
-    "Base",
-    "Entry",
-    "Leaderboard",
-    "default_db_url",
-    "migrate",
-    "open_db",
-]
+# What callers outside the leaderboard wing use; the plumbing has its own modules.
+__all__ = ["DEFAULT_BUSY_TIMEOUT", "Leaderboard", "default_db_url", "open_db"]
 
 
 class Leaderboard:
@@ -68,22 +46,22 @@ class Leaderboard:
 
     def __init__(self, url: str, create: bool = True, busy_timeout: float = DEFAULT_BUSY_TIMEOUT):
         self.url = url
-        self.where = _where(url)
+        self.where = where(url)
         self._busy_timeout = busy_timeout
         self._engine: Engine | None = None
-        path = _sqlite_path(url)
+        path = sqlite_path(url)
         if create or path is None or path.exists():
             self._connect(create)
 
     def _connect(self, create: bool) -> Engine:
-        path = _sqlite_path(self.url)
+        path = sqlite_path(self.url)
         if create and path is not None:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as e:
                 raise ArithsweepError(f"cannot create {path.parent}: {e.strerror}") from e
-        engine = _make_engine(self.url, self._busy_timeout)
-        with _guard(self.where):
+        engine = make_engine(self.url, self._busy_timeout)
+        with guard(self.where):
             try:
                 with engine.connect() as conn:
                     has_entries = sa.inspect(conn).has_table("entries")
@@ -124,7 +102,7 @@ class Leaderboard:
             raise ArithsweepError(f"not recorded: {report.sha256!r} is not a sha256 hex digest")
         values = _values(report, sha)
         engine = self._engine or self._connect(create=True)
-        with _guard(self.where):
+        with guard(self.where):
             for attempt in (1, 2):
                 try:
                     return self._upsert(engine, sha, values)
@@ -136,11 +114,11 @@ class Leaderboard:
         raise AssertionError("unreachable")
 
     def _upsert(self, engine: Engine, sha: str, values: dict[str, Any]) -> tuple[dict, bool]:
-        with Session(_writer(engine), expire_on_commit=False) as s, s.begin():
+        with Session(writer(engine), expire_on_commit=False) as s, s.begin():
             entry = s.scalars(select(Entry).where(Entry.sha256 == sha)).one_or_none()
             created = entry is None
             if created:
-                entry = Entry(created_at=_now(), **values)
+                entry = Entry(created_at=utc_timestamp(), **values)
                 s.add(entry)
             else:
                 for k, v in values.items():
@@ -178,7 +156,7 @@ class Leaderboard:
         if not all:
             stmt = stmt.where(ranked.c.rank == 1)
         stmt = stmt.order_by(*_order(e)).limit(limit)
-        with _guard(self.where), Session(self._engine) as s:
+        with guard(self.where), Session(self._engine) as s:
             return [_entry_row(entry, rank) for entry, rank in s.execute(stmt)]
 
     def get(self, entry: str | int) -> dict[str, Any]:
@@ -193,7 +171,7 @@ class Leaderboard:
             raise ArithsweepError(f"{entry!r} is neither an entry id nor a sha256 prefix (6+ hex)")
         found: list[Entry] = []
         if self._engine is not None:
-            with _guard(self.where), Session(self._engine) as s:
+            with guard(self.where), Session(self._engine) as s:
                 found = list(s.scalars(select(Entry).where(sa.or_(*conds)).limit(10)))
                 if len(found) == 1:
                     return _entry_row(found[0], self._rank_of(s, found[0]))
@@ -208,7 +186,7 @@ class Leaderboard:
         stmt = select(func.count()).select_from(Entry)
         if task is not None:
             stmt = stmt.where(Entry.task == task)
-        with _guard(self.where), Session(self._engine) as s:
+        with guard(self.where), Session(self._engine) as s:
             return s.scalar(stmt)
 
 
@@ -263,4 +241,4 @@ def open_db(
     With create=False a missing SQLite file is not created: queries return no rows until the
     first `record`, which creates it.
     """
-    return Leaderboard(_normalize_url(url) if url else default_db_url(), create, busy_timeout)
+    return Leaderboard(normalize_url(url) if url else default_db_url(), create, busy_timeout)

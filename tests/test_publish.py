@@ -1,0 +1,218 @@
+"""Publishing: the string formats, and `arithsweep publish` (LEADERBOARD.md plus checked copies of
+the checkpoints) on a real SQLite leaderboard holding the session's trained add2 checkpoint.
+
+    .venv/bin/python -m pytest tests/test_publish.py -q
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import re
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from test_report import make_report  # tests/ is on sys.path (pytest's rootdir import mode)
+
+from arithsweep.cli.app import main
+from arithsweep.core.errors import ArithsweepError
+from arithsweep.leaderboard import publish as pub
+from arithsweep.leaderboard.board import open_db
+
+
+def run(capsys, *args) -> tuple[int, str, str]:
+    old, sys.argv = sys.argv, ["arithsweep", *map(str, args)]
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    finally:
+        sys.argv = old
+    o, e = capsys.readouterr()
+    return code, o, e
+
+
+def sha_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under root (hidden staging folders included) and its bytes."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.fixture
+def ckpt_row(tmp_path):
+    """A leaderboard (path) with one entry for a small untrained add2 checkpoint, recorded from a
+    report that names its real sha256 (publishing checks files, not skill: no training here)."""
+    from arithsweep.core.checkpoint import save_checkpoint
+    from arithsweep.core.model import ArithTransformer, count_params
+    from arithsweep.core.overrides import build_configs
+
+    task, m, t = build_configs("add2", None, None, {"d_model": 8, "n_heads": 1, "d_ff": 16})
+    model, path = ArithTransformer(m), tmp_path / "ck" / "add2"
+    sha = save_checkpoint(path, model, task, 0, t)
+    db = tmp_path / "lb.db"
+    row, _ = open_db(str(db)).record(make_report(
+        task="add2", params=count_params(model), exact_match=1.0, sha256=sha,
+        checkpoint_path=str(path),
+        reproduce=f"arithsweep train --task add2 --format x --config {path}/config.json "
+                  "--seeds 1 --seed 7"))
+    return db, row
+
+
+def test_string_formats():
+    rows = [{**make_report(sha256="1" * 64, exact_match=0.9999999).to_dict(), "rank": 1, "id": 1},
+            {**make_report(sha256="2" * 64, task="add10", params=1234,
+                           architecture="a|b").to_dict(), "rank": 1, "id": 2}]
+    md = pub.to_markdown(rows, title="Smallest verified models")
+    assert md.startswith("## Smallest verified models")
+    assert "| rank | task | params | exact match | nines |" in md
+    assert "| 1 | add3 | 777 | 99.9999% |" in md  # rounded down, never 100%
+    assert "a\\|b" in md and "1,000" in md
+    assert "_No verified entries" in pub.to_markdown([])
+    parsed = list(csv.DictReader(io.StringIO(pub.to_csv(rows))))
+    assert [r["params"] for r in parsed] == ["777", "1234"]
+    assert json.loads(parsed[0]["model_config"]) == {"d_model": 7, "n_layers": 1}
+    assert json.loads(pub.to_json(rows)) == json.loads(json.dumps(rows))
+    assert pub.percent(0.99) == "99.0000%" and pub.percent(None) == ""
+
+
+def test_select_rows_best_per_task_and_smallest_per_target():
+    rows = [  # as query(all=True) returns them: fewest params first
+        {"task": "add3", "target": 0.99, "params": 500}, {"task": "add3", "target": 0.99,
+                                                         "params": 600},
+        {"task": "add3", "target": 0.9999, "params": 700}, {"task": "add10", "target": 0.99,
+                                                            "params": 1500},
+        {"task": "add3", "target": 0.9999, "params": 900},
+    ]  # fmt: skip
+    assert [(r["task"], r["params"]) for r in pub.select_rows(rows)] == [
+        ("add3", 500), ("add3", 700), ("add10", 1500)]  # fmt: skip
+
+
+def test_published_reproduce_points_at_the_published_config():
+    row = {"task": "add3", "format": "pad", "seed": 4, "train_config": {},
+           "reproduce": "arithsweep train --task add3 --format pad --config '/a b/config.json' "
+                        "--seeds 1 --seed 7"}  # fmt: skip
+    new = "leaderboard/checkpoints/add3-244-1a2b3c4d/config.json"
+    assert pub.published_reproduce(row, new) == (
+        f"arithsweep train --task add3 --format pad --config {new} --seeds 1 --seed 7")
+    assert pub.published_reproduce({**row, "reproduce": ""}, new) == (
+        f"arithsweep train --task add3 --format pad --config {new} --seeds 1 --seed 4")
+    assert pub.verify_command({"target": 0.999}, "d") == "arithsweep verify d --target 0.999"
+    assert pub.seeds_reached({}, {"meta": {"seeds_reached": 2, "seeds_trained": 8}}) == "2/8"
+    assert pub.seeds_reached({"train_config": {}}, {}) == ""
+
+
+def test_publish_real_checkpoint_and_reverify_it(capsys, tmp_path, monkeypatch, add2_trained):
+    _, ckpt = add2_trained
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, "verify", ckpt, "--record", "--db", "lb.db", "--json")
+    assert code == 0, err
+    rep = json.loads(out)
+    code, out, err = run(capsys, "publish", "--db", "lb.db", "--json")
+    assert code == 0, err
+    res = json.loads(out)
+    name = f"add2-{rep['params']}-{rep['sha256'][:8]}"
+    folder = Path("leaderboard") / "checkpoints" / name
+    assert [e["checkpoint"] for e in res["entries"]] == [str(folder)]
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
+    assert sha_of(folder / "model.safetensors") == rep["sha256"]
+    assert (folder / "config.json").read_bytes() == (ckpt / "config.json").read_bytes()
+
+    md_path = Path("leaderboard") / "LEADERBOARD.md"
+    md = md_path.read_text()
+    assert md.startswith(pub.GENERATED) and "suite v1 (10,000 problems per entry" in md
+    links = re.findall(r"\]\(([^)]+)\)", md)
+    assert links == [f"checkpoints/{name}/"]
+    assert all((md_path.parent / link).is_dir() for link in links)
+    (line,) = [ln for ln in md.splitlines() if ln.startswith("| add2 |")]
+    cells = [c.strip() for c in line.strip("|").split(" | ")]
+    assert cells[:2] == ["add2", str(rep["params"])] and cells[4] == "10,000"
+    commands = re.findall(r"```sh\n(.*?)\n```", md)
+    assert commands[0] == shlex.join(
+        ["arithsweep", "train", "--task", "add2", "--format", rep["format"],
+         "--config", f"{folder}/config.json", "--seeds", "1", "--seed", str(rep["seed"])])
+    assert commands[1] == f"arithsweep verify {folder}"
+
+    # the command printed in LEADERBOARD.md re-verifies the copy to the table's exact match
+    code, out, err = run(capsys, *shlex.split(commands[1])[1:], "--json")
+    assert code == 0, err
+    again = json.loads(out)
+    assert pub.percent(again["exact_match"]) == cells[2] == pub.percent(rep["exact_match"])
+    assert again["sha256"] == rep["sha256"] and again["params"] == rep["params"]
+    assert not list(tmp_path.glob(".leaderboard.publish-*"))  # the staging folder is gone
+
+    # publishing again replaces the previous publication; the database beside it is untouched
+    before = Path("lb.db").read_bytes()
+    assert run(capsys, "publish", "--db", "lb.db")[0] == 0
+    assert md_path.read_text() == md and Path("lb.db").read_bytes() == before
+
+
+def test_tampered_checkpoint_is_refused_and_nothing_written(capsys, tmp_path, ckpt_row):
+    db, row = ckpt_row
+    dest = tmp_path / "site" / "leaderboard"
+    assert run(capsys, "publish", "--db", db, "--dir", dest)[0] == 0
+    published = snapshot(tmp_path / "site")
+    weights = Path(row["checkpoint_path"]) / "model.safetensors"
+    blob = bytearray(weights.read_bytes())
+    blob[-1] ^= 1  # one bit in the last tensor value
+    weights.write_bytes(bytes(blob))
+    for target in (dest, tmp_path / "new" / "deeper" / "leaderboard"):
+        code, out, err = run(capsys, "publish", "--db", db, "--dir", target)
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), err
+        assert "sha256" in lines[0] and "Traceback" not in err
+    assert snapshot(tmp_path / "site") == published  # the previous publication is intact
+    assert not (tmp_path / "new").exists()  # not even the parent folders
+
+
+def test_the_copy_itself_is_checked(tmp_path, monkeypatch, ckpt_row):
+    db, row = ckpt_row
+    real_copy = shutil.copyfile
+
+    def flaky_copy(src, dst, **kw):
+        real_copy(src, dst, **kw)
+        if str(dst).endswith(".safetensors"):
+            with open(dst, "ab") as f:
+                f.write(b"\0")
+
+    monkeypatch.setattr(shutil, "copyfile", flaky_copy)
+    with pytest.raises(ArithsweepError, match="not the verified"):
+        pub.publish([row], tmp_path / "out")
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.publish-*"))
+
+
+def test_extra_sections_and_foreign_files(tmp_path, ckpt_row):
+    db, row = ckpt_row
+    dest = tmp_path / "pub"
+    pub.publish([row, row], dest, extra_sections=["## Notes\n\nhand-written words\n"])
+    md = (dest / "LEADERBOARD.md").read_text()
+    assert md.endswith("\n## Notes\n\nhand-written words\n") and md.count("| add2 |") == 1
+    (dest / "checkpoints" / "mine.txt").write_text("not arithsweep's")
+    with pytest.raises(ArithsweepError, match="did not write"):
+        pub.publish([row], dest)
+    (dest / "checkpoints" / "mine.txt").unlink()
+    (dest / "LEADERBOARD.md").write_text("# my own notes\n")
+    with pytest.raises(ArithsweepError, match="not written by arithsweep publish"):
+        pub.publish([row], dest)
+    assert (dest / "LEADERBOARD.md").read_text() == "# my own notes\n"
+    with pytest.raises(ArithsweepError, match="nothing to publish"):
+        pub.publish([], tmp_path / "empty")
+    with pytest.raises(ArithsweepError, match="cannot publish it as folder"):
+        pub.publish([{**row, "task": "../up"}], tmp_path / "evil")
+    assert not (tmp_path / "empty").exists() and not (tmp_path / "evil").exists()
+
+
+def test_publish_cli_help_and_empty_board(capsys, tmp_path):
+    code, out, _ = run(capsys, "publish", "--help")
+    assert code == 0 and "--dir" in out and "--all" in out
+    code, _, err = run(capsys, "publish", "--db", tmp_path / "none.db", "--dir", tmp_path / "o")
+    assert code == 2 and err.startswith("error: no entries in") and len(err.splitlines()) == 1
+    assert not (tmp_path / "o").exists() and not (tmp_path / "none.db").exists()
