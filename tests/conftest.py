@@ -11,7 +11,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 ADD2_MODEL = {"n_layers": 1, "d_model": 16, "n_heads": 2, "d_ff": 32}
-ADD2_TRAIN = {"steps": 2500, "batch_size": 128, "lr": 1e-2, "warmup": 50, "seeds": 2,
+ADD2_TRAIN = {"steps": 4000, "batch_size": 128, "lr": 1e-2, "warmup": 50, "seeds": 2,
               "eval_every": 100, "eval_size": 1024, "early_stop": False}
 
 

@@ -172,7 +172,9 @@ def test_holdout_hash_matches_python_reference_and_rate():
     b = [rng.randrange(10**rng.randint(1, 18)) for _ in range(3000)] + [0, 10**18 - 1]
     op = [rng.randrange(2) for _ in range(3002)]
     got = t.is_holdout(torch.tensor(a), torch.tensor(b), torch.tensor(op)).tolist()
-    assert got == [ref_holdout(x, y, o) for x, y, o in zip(a, b, op, strict=True)]
+    edges = set(t.edge_cases())  # held out whatever their hash (10**18-1 twice is one)
+    assert got == [ref_holdout(x, y, o) or (x, y, o) in edges
+                   for x, y, o in zip(a, b, op, strict=True)]
     a, b, op = get_task("mix2").enumerate_all()
     rate = get_task("mix2").is_holdout(a, b, op).float().mean().item()
     assert 0.05 < rate < 0.075
@@ -192,6 +194,38 @@ def test_train_and_holdout_samples_are_disjoint():
         big = get_task("mix10")
         assert bool(big.is_holdout(*big.sample(500, gen(6), mode=mode, split="holdout")).all())
         assert not bool(big.is_holdout(*big.sample(500, gen(6), mode=mode)).any())
+
+
+def rows(a, b, op):
+    return list(zip(a.tolist(), b.tolist(), op.tolist(), strict=True))
+
+
+@pytest.mark.parametrize("name,n,mode", [("add10", 20_000, "uniform"), ("mix4", 3000, "values"),
+                                         ("add3", 3000, "carry"), ("sub2", 300, "uniform")])
+def test_holdout_samples_are_distinct(name, n, mode):
+    # before the fix, draws were with replacement: 20k uniform add10 draws repeat the few
+    # held-out problems with two 1-digit operands hundreds of times
+    task = get_task(name)
+    a, b, op = task.sample(n, gen(12), mode, split="holdout")
+    assert len(set(rows(a, b, op))) == a.numel() == n
+    assert bool(task.is_holdout(a, b, op).all())
+    again = task.sample(n, gen(12), mode, split="holdout")
+    assert all(torch.equal(x, y) for x, y in zip((a, b, op), again, strict=True))
+
+
+def test_holdout_sample_takes_all_when_short_and_honours_exclude():
+    task = get_task("add2")
+    every = task.enumerate_all()
+    held = set(rows(*(x[task.is_holdout(*every)] for x in every)))
+    allof = task.sample(10_000, gen(13), "values", split="holdout")
+    assert sorted(rows(*allof)) == sorted(held)  # fewer than asked: each held-out one once
+    first = task.sample(500, gen(14), "values", split="holdout")
+    rest = task.sample(500, gen(14), "uniform", split="holdout", exclude=first)
+    assert rest[0].numel() == len(held) - 500 and not set(rows(*first)) & set(rows(*rest))
+    near = task.sample(len(held) - 3, gen(15), "carry", split="holdout")  # carry runs dry
+    assert len(set(rows(*near))) == near[0].numel() == len(held) - 3
+    with pytest.raises(ConfigError, match="holdout"):
+        task.sample(5, gen(), exclude=first)
 
 
 def test_sample_is_deterministic_and_respects_max_len():

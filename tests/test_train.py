@@ -1,5 +1,5 @@
 """The packed trainer: reaching 100% on add2, per-seed independence, NaN isolation, schedule,
-determinism and config validation."""
+determinism, the early-stop bound, the distinct evaluation set and config validation."""
 
 from __future__ import annotations
 
@@ -8,12 +8,15 @@ import math
 import pytest
 import torch
 
+import arithsweep.core.train as train_mod
 from arithsweep.core.config import TrainConfig
 from arithsweep.core.errors import ConfigError
 from arithsweep.core.evaluate import exact_match
+from arithsweep.core.model import ArithTransformer
 from arithsweep.core.overrides import build_configs
+from arithsweep.core.stats import Z95, wilson_lower, z_for
 from arithsweep.core.tasks import get_task
-from arithsweep.core.train import eval_problems, lr_at, reached, train
+from arithsweep.core.train import eval_problems, eval_size_of, lr_at, reached, train
 
 
 def test_add2_reaches_100_percent_on_all_problems(add2_trained):
@@ -77,6 +80,50 @@ def test_nan_in_one_seed_marks_it_failed_and_the_rest_go_on():
         assert torch.isfinite(p[0]).all() and torch.isfinite(p[2]).all(), name
 
 
+def test_a_dead_seed_stays_exactly_as_it_died_and_the_rest_train_unaffected(monkeypatch):
+    # before the fix a dead seed's clip scale was 0 * NaN = NaN: its gradients became NaN and
+    # AdamW made every one of its weights NaN; and even at zero gradient AdamW's momentum and
+    # weight decay kept moving it
+    task, m, t = _tiny(steps=60, seeds=3)
+    clean = train(task, m, t)
+    real_loss, calls, at_death = train_mod._loss_fn, [0], {}
+
+    def loss_nan_for_seed_1_from_step_21(*args, **kw):  # one call per step here
+        calls[0] += 1
+        out = real_loss(*args, **kw)  # (K,)
+        return out * torch.tensor([1.0, float("nan") if calls[0] >= 21 else 1.0, 1.0])
+
+    def on_eval(point, result):
+        if point.step == 20:  # after the last update seed 1 survives
+            at_death.update({k: v.clone() for k, v in result.model.member_state(1).items()})
+
+    monkeypatch.setattr(train_mod, "_loss_fn", loss_nan_for_seed_1_from_step_21)
+    r = train(task, m, t, on_eval=on_eval)
+    assert calls[0] == 60 and at_death
+    assert r.failed == [False, True, False] and r.steps == 60
+    for name, v in r.model.member_state(1).items():
+        assert torch.isfinite(v).all(), name
+        assert torch.equal(v, at_death[name]), f"dead seed's {name} moved after it died"
+    for i in (0, 2):  # the live seeds trained exactly as they do without a dead neighbour
+        for name, v in r.model.member_state(i).items():
+            torch.testing.assert_close(v, clean.model.member_state(i)[name], atol=1e-6, rtol=0)
+    assert not any(math.isnan(r.history[-1].exact_match[i]) for i in (0, 2))
+
+
+def test_guard_gives_a_dead_seed_exactly_zero_gradient():
+    # before the fix the dead seed's scale was 0 * NaN = NaN, so every gradient it has was NaN
+    _, m, _ = _tiny()
+    model = ArithTransformer(m, k=3)
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    next(model.parameters()).grad[1].view(-1)[0] = float("nan")  # seed 1: one NaN entry
+    alive = torch.ones(3, dtype=torch.bool)
+    train_mod._clip_and_guard(model, 1.0, alive)
+    assert alive.tolist() == [True, False, True]
+    sq = sum(p.grad.flatten(1).pow(2).sum(1) for p in model.parameters())  # (K,)
+    assert sq[1] == 0 and torch.allclose(sq[[0, 2]], torch.ones(2))  # dead; clipped to norm 1
+
+
 def test_lr_schedule_warmup_cosine_floor_and_restart():
     cfg = TrainConfig(steps=1000, warmup=100, lr=1e-2, min_lr_ratio=0.1, restart_steps=500)
     assert lr_at(0, cfg) == pytest.approx(1e-4)
@@ -88,9 +135,39 @@ def test_lr_schedule_warmup_cosine_floor_and_restart():
 
 
 def test_early_stop_uses_a_confidence_bound():
-    assert not reached(0.99, 200, 0.99)  # a lucky small sample does not stop training
-    assert reached(1.0, 4096, 0.99)
-    assert reached(1.0, 4096, 1.0) and not reached(0.9999, 4096, 1.0)
+    assert not reached(0.99, 200, 0.99, 1)  # a lucky small sample does not stop training
+    assert reached(1.0, 4096, 0.99, 1) and reached(1.0, 4096, 0.99, 8)
+    assert reached(1.0, 4096, 1.0, 8) and not reached(0.9999, 4096, 1.0, 8)
+
+
+def test_early_stop_corrects_for_picking_the_best_of_k_seeds():
+    assert z_for(0.05) == pytest.approx(Z95, abs=1e-12)
+    assert z_for(0.05 / 8) == pytest.approx(2.7344, abs=1e-4)  # Bonferroni over 8 seeds
+    # 4070/4096 right: its single-seed Wilson bound clears 0.99, the best-of-8 one does not
+    em = 4070 / 4096
+    assert wilson_lower(4070, 4096) >= 0.99 > wilson_lower(4070, 4096, z_for(0.05 / 8))
+    assert reached(em, 4096, 0.99, 1)
+    assert not reached(em, 4096, 0.99, 8)
+    assert reached(em, 4096, 0.99, 0)  # no live seed is treated as one (no correction)
+
+
+@pytest.mark.parametrize("n", [256, 640, 4096])
+def test_eval_set_is_distinct_and_as_large_as_the_holdout_side_allows(n):
+    # before the fix 4096 draws on add2 held only ~650 distinct problems, yet the Wilson bound
+    # was told n = 4096
+    task = get_task("add2")
+    held = int(task.is_holdout(*task.enumerate_all()).sum())
+    a, b, op = eval_problems(task, n)
+    assert len(set(zip(a.tolist(), b.tolist(), op.tolist()))) == a.numel() == min(n, held)
+    assert bool(task.is_holdout(a, b, op).all())
+    assert all(torch.equal(x, y) for x, y in zip((a, b, op), eval_problems(task, n)))
+
+
+def test_reached_is_told_the_distinct_eval_size():
+    task, m, t = _tiny(steps=20, seeds=2, eval_size=4096)
+    r = train(task, m, t)
+    held = int(task.is_holdout(*task.enumerate_all()).sum())
+    assert r.eval_size == eval_size_of(r) == held < 4096
 
 
 def test_eval_stream_is_disjoint_from_training():

@@ -179,8 +179,25 @@ class TrainConfig(DictConfig):
     # carry (carry cascades forced) | mixed: carry_frac carry, the rest half uniform, half values
     sampling: str = "mixed"
     carry_frac: float = 0.25  # with "mixed": share of each batch drawn carry-enriched
+    # The carry share fades linearly from carry_frac to 0 between these fractions of `steps`
+    # (MicroAdder: 80% fading between 25% and 75%); equal = no fade.
+    carry_fade_start: float = 0.0
+    carry_fade_end: float = 0.0
     curriculum_steps: int = 0  # steps over which the longest operand length grows to full; 0 = off
+    # 0: the longest operand grows by one digit at a time over curriculum_steps; k > 0: k equal
+    # stages, stage i capped at ceil(N*(i+1)/(k+1)) digits (MicroAdder's 3 / 6 / 10 for k=2)
+    curriculum_stages: int = 0
     restart_steps: int = 0  # a second cosine pass of this many steps (warm restart); 0 = off
+    # Grokfast-EMA gradient filter: g += lambda * EMA_alpha(g), amplifying the slow gradient
+    # components that generalise; alpha 0 = off (the 36-p AdderBoard record used 0.98 and 3)
+    grokfast_alpha: float = 0.0
+    grokfast_lambda: float = 0.0
+    # Polish: after training, this many steps at constant lr polish_lr on batches half made of
+    # the member's own errors, mined from polish_pool problems of the TRAINING split only
+    # (never a held-out problem: those are verification's). 0 = off.
+    polish_steps: int = 0
+    polish_lr: float = 1e-3
+    polish_pool: int = 100_000
     eval_every: int = 100  # steps between exact-match evaluations
     eval_size: int = 4096  # held-out problems per evaluation (disjoint from the training stream)
     target: float = 0.99  # early stop once any seed reaches this exact match
@@ -205,8 +222,15 @@ class TrainConfig(DictConfig):
 
         for f in ("steps", "batch_size", "seeds", "eval_every", "eval_size"):
             whole(f, 1)
-        for f in ("warmup", "curriculum_steps", "restart_steps", "seed", "micro_batch"):
+        for f in ("warmup", "curriculum_steps", "curriculum_stages", "restart_steps", "seed",
+                  "micro_batch", "polish_steps"):
             whole(f, 0)
+        whole("polish_pool", 1)
+        need(0 <= self.carry_fade_start <= self.carry_fade_end <= 1, "carry_fade_end",
+             "carry_fade_start <= carry_fade_end must both be fractions of steps in [0, 1]")
+        need(0 <= self.grokfast_alpha < 1, "grokfast_alpha", "must be in [0, 1) (0 = off)")
+        need(self.grokfast_lambda >= 0, "grokfast_lambda", "must be >= 0")
+        need(self.polish_lr > 0, "polish_lr", "must be > 0")
         need(self.lr > 0, "lr", "must be > 0")
         need(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", "must be in [0, 1]")
         need(self.weight_decay >= 0, "weight_decay", "must be >= 0")

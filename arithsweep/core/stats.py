@@ -2,21 +2,33 @@
 
 - `wilson_lower`: the Wilson score 95% lower bound on the true exact match, which stays honest
   for accuracies at or near 100% where the normal approximation claims certainty;
+- `z_for`: the two-sided normal quantile for a given alpha, so that a bound taken over the best
+  of K seeds can be Bonferroni-corrected (alpha / K);
 - `nines`: Quirke's tiers ("at most 1 failure per 10**6 problems = six nines"), counted with
   integers only so that float rounding can never award a tier.
 
 Pure standard library: `arithsweep leaderboard` imports it without torch.
 
     python -c "from arithsweep.core.stats import *; print(wilson_lower(990, 1000), nines(1, 10**6))"
+    python -c "from arithsweep.core.stats import *; print(z_for(0.05), z_for(0.05 / 8))"
 """
 
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 from arithsweep.core.errors import ArithsweepError
 
-Z95 = 1.959963984540054  # two-sided 95% normal quantile
+Z95 = 1.959963984540054  # two-sided 95% normal quantile (= z_for(0.05))
+
+
+def z_for(alpha: float) -> float:
+    """Two-sided normal quantile: P(|Z| > z) = alpha. z_for(0.05) = Z95; z_for(0.05 / 8) = 2.73
+    bounds all of 8 seeds at once at 95% (Bonferroni), as picking the best of 8 needs."""
+    if not 0 < alpha < 1:
+        raise ArithsweepError(f"z_for: alpha={alpha} must be in (0, 1)")
+    return NormalDist().inv_cdf(1 - alpha / 2)
 
 
 def wilson_lower(correct: int, n: int, z: float = Z95) -> float:

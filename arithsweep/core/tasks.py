@@ -32,22 +32,20 @@ import torch
 from torch import Tensor
 
 from arithsweep.core.errors import ConfigError
+from arithsweep.core.sampling import _cascade, _digits, _distinct, _draw, _holdout, _num_digits
 
 OPS = ("add", "sub", "mix", "mul")
 MAX_DIGITS = {"add": 18, "sub": 18, "mix": 18, "mul": 9}  # results must fit in int64
 OP_CODES = {"add": (0,), "sub": (1,), "mix": (0, 1), "mul": (2,)}  # op code 0=add 1=sub 2=mul
 _OP_SYMBOL = "+-*"  # indexed by op code
 _SYMBOLS = ("+", "-", "*", "=", "<eos>", "<pad>")
-_POW10 = torch.tensor([10**i for i in range(19)])  # (19,) int64; 10**18 is the largest needed
+_LIST_MAX = 4 * 10**6  # problems under a length cap that holdout sampling may enumerate
 _TASK_HELP = "add<N>, sub<N>, mix<N> (N = 1..18) or mul<N> (N = 1..9), e.g. add10"
 _FORMAT_WORDS = (("pad", "nopad", "pad"), ("revans", "fwdans", "reverse_answer"),
                  ("revops", "fwdops", "reverse_operands"), ("delim", "nodelim", "delimiters"))
 _WORDS = {w: (key, w == on) for on, off, key in _FORMAT_WORDS for w in (on, off)}
 _FORMAT_HELP = ", ".join(f"{on}|{off}" for on, off, _ in _FORMAT_WORDS)
 _DERIVED = {"init": False, "repr": False, "compare": False}
-_M32 = 0xFFFFFFFF
-# odd constants < 2**28: five 32-bit words times these sum to < 2**63, so int64 never overflows
-_HASH_KEYS = (0x9E3779B, 0x7F4A7C1, 0x5BD1E99, 0x27D4EB3, 0x165667B)
 
 
 @dataclass(frozen=True)
@@ -95,78 +93,6 @@ def get_task(name: str, fmt: Format | str | None = None) -> Task:
     if m is None or not 1 <= int(m[2]) <= MAX_DIGITS[m[1]]:
         raise ConfigError(f"unknown task {name!r}: expected {_TASK_HELP}")
     return Task(f"{m[1]}{int(m[2])}", m[1], int(m[2]), parse_format(fmt))
-
-
-def _digits(x: Tensor, width: int) -> Tensor:
-    """Digits of non-negative x, least significant first: (N,) -> (N, width)."""
-    return x.unsqueeze(1) // _POW10.to(x.device)[:width] % 10
-
-
-def _num_digits(x: Tensor) -> Tensor:
-    """Digit count of non-negative x, 0 counting as one digit: (N,) -> (N,)."""
-    return (x.unsqueeze(1) >= _POW10.to(x.device)[1:]).sum(1) + 1
-
-
-def _cascade(cols: Tensor) -> Tensor:
-    """Longest run of consecutive column sums passing a carry upwards: (N, W) -> (N,)."""
-    carry = run = best = torch.zeros(cols.shape[0], dtype=torch.int64, device=cols.device)
-    for j in range(cols.shape[1]):  # loops over digit positions only, never over problems
-        carry = (cols[:, j] + carry) // 10
-        run = torch.where(carry > 0, run + 1, 0)
-        best = torch.maximum(best, run)
-    return best
-
-
-def _fmix32(h: Tensor) -> Tensor:
-    """murmur3's 32-bit finaliser on values in [0, 2**32): (N,) -> (N,)."""
-    for shift, c in ((16, 0x85EBCA6B), (13, 0xC2B2AE35)):
-        h = h ^ (h >> shift)
-        # (h * c) mod 2**32 from 16-bit halves: no intermediate reaches 2**49, so int64 is safe
-        h = ((h & 0xFFFF) * c + ((((h >> 16) * c) & 0xFFFF) << 16)) & _M32
-    return h ^ (h >> 16)
-
-
-def _holdout(a: Tensor, b: Tensor, op: Tensor) -> Tensor:
-    """Keyed sum of the 32-bit words of (a, b, op), folded to 32 bits and murmur-mixed: (N,)."""
-    words = (a & _M32, a >> 32, b & _M32, b >> 32, op)
-    s = sum(w * k for w, k in zip(words, _HASH_KEYS, strict=True))
-    return (_fmix32((s & _M32) ^ (s >> 32)) & 15) == 0
-
-
-def _randbelow(hi: Tensor, gen: torch.Generator) -> Tensor:
-    """Uniform integers in [0, hi) for 1 <= hi <= 1e9 (float64 bias < 1e-7): (N,) -> (N,)."""
-    u = torch.rand(hi.shape, generator=gen, dtype=torch.float64, device=hi.device)
-    return torch.minimum((u * hi).long(), hi - 1)
-
-
-def _uniform(m: int, gen: torch.Generator, cap: int) -> tuple[Tensor, Tensor]:
-    """Length uniform in 1..cap, then value uniform among numbers of that length: (m,), (m,)."""
-    p10 = _POW10.to(gen.device)
-    length = torch.randint(1, cap + 1, (m,), generator=gen, device=gen.device)
-    # two parts of at most 9 digits each, so the float64 draws stay uniform to ~1e-7
-    lead_len = torch.where(length > 9, length - 9, length)
-    low = torch.where(length == 1, 0, p10[lead_len - 1])
-    lead = low + _randbelow(p10[lead_len] - low, gen)
-    tail = _randbelow(torch.full_like(length, 10**9), gen)
-    return length, torch.where(length > 9, lead * 10**9 + tail, lead)
-
-
-def _carry_pair(m: int, gen: torch.Generator, cap: int) -> tuple[Tensor, Tensor]:
-    """Uniform pair whose sum has a carry cascade of k+1 >= 1 positions: a pair summing to >= 10
-    at a position g inside both operands, then k (uniform) pairs summing to 9 above it."""
-    (la, a), (lb, b) = _uniform(m, gen, cap), _uniform(m, gen, cap)
-    da, db, pos = _digits(a, cap), _digits(b, cap), torch.arange(cap, device=gen.device)
-    g = _randbelow(torch.minimum(la, lb), gen)
-    top = g + _randbelow(torch.maximum(la, lb) - g, gen)
-    span, at_g = (pos > g[:, None]) & (pos <= top[:, None]), pos == g[:, None]  # (m, cap)
-    ga = 1 + _randbelow(torch.full_like(g, 9), gen)
-    gb = 10 - ga + _randbelow(ga, gen)
-    free = torch.randint(0, 10, (m, cap), generator=gen, device=gen.device)
-    # above an operand's length its digit must stay 0, so the other operand holds the 9
-    sa = torch.where(pos >= la[:, None], 0, torch.where(pos >= lb[:, None], 9, free))
-    pw = _POW10.to(gen.device)[:cap]
-    a = (torch.where(at_g, ga[:, None], torch.where(span, sa, da)) * pw).sum(1)
-    return a, (torch.where(at_g, gb[:, None], torch.where(span, 9 - sa, db)) * pw).sum(1)
 
 
 @dataclass(frozen=True)
@@ -277,14 +203,20 @@ class Task:
         return _cascade(_digits(x, n) + _digits(y, n))
 
     def sample(self, n: int, generator: torch.Generator, mode: str = "uniform",
-               max_len: int | None = None, split: str = "train") -> tuple[Tensor, Tensor, Tensor]:
+               max_len: int | None = None, split: str = "train",
+               exclude: tuple[Tensor, Tensor, Tensor] | None = None,
+               ) -> tuple[Tensor, Tensor, Tensor]:
         """n problems (a, b, op), each (n,) int64, all from the `split` side of is_holdout.
 
         uniform: each operand's length uniform in 1..max_len, its value uniform among numbers of
         that length. values: operands uniform over 0..10^max_len - 1 (AdderBoard's sampling:
         mostly full-length operands, as verification's random part sees them). carry
         (add/sub/mix; mul falls back to uniform): a carry (borrow) cascade of random length is
-        forced into each problem (see _carry_pair). Rejects are drawn again."""
+        forced into each problem (see sampling._carry_pair). Rejects are drawn again.
+
+        train draws with replacement (it is a stream). holdout draws distinct problems, none of
+        them in `exclude`, so that n is a sample size a confidence bound may trust; when the
+        holdout side (under max_len) has n or fewer such problems, all of them come back."""
         cap = self.n_digits if max_len is None else max_len
         if mode not in ("uniform", "values", "carry") or split not in ("train", "holdout"):
             raise ConfigError(f"bad sampling mode {mode!r} or split {split!r}: expected mode "
@@ -292,44 +224,78 @@ class Task:
         if not 1 <= cap <= self.n_digits:
             raise ConfigError(f"max_len {max_len} out of range for {self.name}: "
                               f"expected 1..{self.n_digits}")
-        empty = torch.zeros(0, dtype=torch.int64, device=generator.device)
+        if split == "holdout":
+            return self._sample_distinct(n, generator, mode, cap, exclude)
+        if exclude is not None:
+            raise ConfigError("sample: exclude= applies to split='holdout' only")
+        return self._sample_side(n, generator, mode, cap, holdout=False)
+
+    def _sample_side(self, n: int, gen: torch.Generator, mode: str, cap: int,
+                     holdout: bool) -> tuple[Tensor, Tensor, Tensor]:
+        """n problems from one side of the split, drawn with replacement."""
+        empty = torch.zeros(0, dtype=torch.int64, device=gen.device)
         parts, have, idle = [(empty, empty, empty)], 0, 0
         while have < n:
             need = n - have
             # oversample so one round usually suffices; holdout keeps ~1/16 of draws
-            m = min(int(need * (20 if split == "holdout" else 1.2)) + 64, 1 << 20)
-            a, b, op = self._draw(m, generator, mode, cap)
-            keep = self._held(a, b, op) == (split == "holdout")
+            m = min(int(need * (20 if holdout else 1.2)) + 64, 1 << 20)
+            a, b, op = _draw(m, gen, mode, cap, self.op_codes)
+            keep = self._held(a, b, op) == holdout
             a, b, op = a[keep][:need], b[keep][:need], op[keep][:need]
             idle = idle + 1 if a.numel() == 0 else 0
             if idle > 32:  # that side of the partition is empty for this max_len
+                split = "holdout" if holdout else "train"
                 raise ConfigError(f"no {split} problems exist for {self.name}, max_len={cap}")
             parts.append((a, b, op))
             have += a.numel()
         return tuple(torch.cat(p) for p in zip(*parts, strict=True))
 
-    def _draw(self, m: int, gen: torch.Generator, mode: str, cap: int):
-        codes = torch.tensor(self.op_codes, device=gen.device)
-        op = codes[torch.randint(0, len(codes), (m,), generator=gen, device=gen.device)]
-        if mode == "values":
-            hi = 10**cap
-            a = torch.randint(0, hi, (m,), generator=gen, device=gen.device)
-            b = torch.randint(0, hi, (m,), generator=gen, device=gen.device)
-            return a, b, op
-        a, b = _uniform(m, gen, cap)[1], _uniform(m, gen, cap)[1]
-        if mode == "carry" and 0 in self.op_codes:
-            ca, cb = _carry_pair(m, gen, cap)
-            a, b = torch.where(op == 0, ca, a), torch.where(op == 0, cb, b)
-        if mode == "carry" and 1 in self.op_codes and cap >= 2:  # 1-digit sub never borrows
-            # x - y borrows exactly where y + (x - y) carries: build that sum, read it backwards
-            y, d = _carry_pair(m, gen, cap)
-            y1, d1 = _carry_pair(m, gen, cap - 1)  # fallback whose sum cannot overflow
-            over = y + d >= 10**cap
-            y, d = torch.where(over, y1, y), torch.where(over, d1, d)
-            flip = torch.randint(0, 2, (m,), generator=gen, device=gen.device).bool()
-            a = torch.where(op == 1, torch.where(flip, y, y + d), a)
-            b = torch.where(op == 1, torch.where(flip, y + d, y), b)
-        return a, b, op
+    def _sample_distinct(self, n: int, gen: torch.Generator, mode: str, cap: int,
+                         exclude: tuple[Tensor, Tensor, Tensor] | None,
+                         ) -> tuple[Tensor, Tensor, Tensor]:
+        """Up to n distinct holdout problems not in `exclude`: draw, drop repeats, top up."""
+        empty = torch.zeros(0, dtype=torch.int64, device=gen.device)
+        got = tuple(exclude) if exclude is not None else (empty, empty, empty)
+        got = tuple(x[_distinct(*got)] for x in got)
+        skip, space = got[0].numel(), len(self.op_codes) * 100**cap
+        # the side (~space/16) may hold too few: list it exactly while that is cheap
+        if space <= min(32 * (n + skip), _LIST_MAX):
+            rest = self._held_rest(cap, gen, got)
+            if rest[0].numel() <= n:
+                return rest
+        idle, ratio = 0, 0.8  # ratio: draws per new problem, as the last round measured it
+        while (left := skip + n - got[0].numel()) > 0:
+            # 25% spare so one top-up usually suffices; 64 so a nearly dry round finds something
+            m = int(left * ratio * 1.25) + 64
+            new = self._sample_side(m, gen, mode, cap, holdout=True)
+            both = tuple(torch.cat(p) for p in zip(got, new, strict=True))
+            got = tuple(x[_distinct(*both)[:skip + n]] for x in both)
+            gained = got[0].numel() + left - skip - n
+            ratio, idle = min(64.0, m / max(1, gained)), 0 if gained else idle + 1
+            if gained == left or not (idle > 8 or (ratio > 16 and space <= _LIST_MAX)):
+                continue
+            # this mode has (nearly) run out of unseen problems: top up from the whole side
+            if space > _LIST_MAX:
+                raise ConfigError(f"could draw only {got[0].numel() - skip} distinct {mode} "
+                                  f"holdout problems of {n} for {self.name}, max_len={cap}")
+            rest = self._held_rest(cap, gen, got)
+            got = tuple(torch.cat((g, r[:left - gained])) for g, r in zip(got, rest))
+            break
+        return tuple(x[skip:] for x in got)
+
+    def _held_rest(self, cap: int, gen: torch.Generator,
+                   seen: tuple[Tensor, Tensor, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+        """Every holdout problem with operands below 10**cap that is not in `seen`, shuffled."""
+        side, dev = 10**cap, gen.device
+        x, codes = torch.arange(side, device=dev), torch.tensor(self.op_codes, device=dev)
+        a, b = x.repeat_interleave(side).repeat(len(codes)), x.repeat(side * len(codes))
+        op = codes.repeat_interleave(side * side)
+        keep = self._held(a, b, op)
+        a, b, op, k = a[keep], b[keep], op[keep], seen[0].numel()
+        idx = _distinct(*(torch.cat(p) for p in zip(seen, (a, b, op), strict=True)))
+        idx = idx[idx >= k] - k  # first occurrences after `seen`: the problems it lacks
+        idx = idx[torch.randperm(idx.numel(), generator=gen, device=dev)]
+        return a[idx], b[idx], op[idx]
 
     def _encode(self, a, b, op) -> tuple[Tensor, Tensor, Tensor]:
         """-> tokens (N, seq_len), prompt end (N,), answer end (N,) (exclusive positions)."""

@@ -29,7 +29,8 @@ from arithsweep.core.config import TrainConfig
 from arithsweep.core.errors import ConfigError
 from arithsweep.core.evaluate import answer_start, score
 from arithsweep.core.model import ArithTransformer, ModelConfig, count_params
-from arithsweep.core.stats import wilson_lower
+from arithsweep.core.recipe import GrokfastEMA, carry_share, curriculum_cap, mine_errors
+from arithsweep.core.stats import wilson_lower, z_for
 from arithsweep.core.tasks import Task
 
 DATA_CHUNK_STEPS = 32  # batches sampled per call: amortises sampling overhead over many steps
@@ -45,8 +46,11 @@ def resolve_device(name: str) -> torch.device:
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Linear warmup, cosine to a floor; an optional second (restart) pass of the same shape."""
+    """Linear warmup, cosine to a floor; an optional second (restart) pass of the same shape;
+    then polish_lr for the polish steps."""
     floor = cfg.lr * cfg.min_lr_ratio
+    if step >= cfg.steps + cfg.restart_steps:  # the polish phase: a small constant rate
+        return cfg.polish_lr
     if step >= cfg.steps and cfg.restart_steps:
         s, n, warm = step - cfg.steps, cfg.restart_steps, min(cfg.warmup, cfg.restart_steps // 10)
     else:
@@ -88,6 +92,7 @@ class TrainResult:
     examples: int = 0
     stopped_early: bool = False
     stop_reason: str = ""
+    eval_size: int = 0  # distinct held-out problems per evaluation (see eval_problems)
 
     @property
     def examples_per_s(self) -> float:
@@ -119,16 +124,13 @@ class _DataStream:
         self.pos = DATA_CHUNK_STEPS
 
     def _max_len(self, step: int) -> int | None:
-        c = self.cfg.curriculum_steps
-        if not c or step >= c:
-            return None
-        return max(1, min(self.task.n_digits, 1 + (self.task.n_digits * step) // c))
+        return curriculum_cap(self.cfg, self.task.n_digits, step)
 
-    def _sample_member(self, gen: torch.Generator, n: int, max_len: int | None):
+    def _sample_member(self, gen: torch.Generator, n: int, max_len: int | None, step: int):
         cfg, task = self.cfg, self.task
         if cfg.sampling != "mixed":
             return task.sample(n, gen, cfg.sampling, max_len, split="train")
-        n_carry = int(round(n * cfg.carry_frac))
+        n_carry = int(round(n * carry_share(cfg, step)))
         n_values = (n - n_carry) // 2
         parts = [task.sample(n - n_carry - n_values, gen, "uniform", max_len, split="train"),
                  task.sample(n_values, gen, "values", max_len, split="train"),
@@ -139,7 +141,7 @@ class _DataStream:
         B, n = self.cfg.batch_size, self.cfg.batch_size * DATA_CHUNK_STEPS
         toks, masks = [], []
         for gen in self.gens:
-            a, b, op = self._sample_member(gen, n, self._max_len(step))
+            a, b, op = self._sample_member(gen, n, self._max_len(step), step)
             perm = torch.randperm(n, generator=gen)  # mix carry and uniform rows across steps
             t, m = self.task.encode(a[perm], b[perm], op[perm])  # (n, T), (n, T-1)
             toks.append(t.view(DATA_CHUNK_STEPS, B, -1))
@@ -156,15 +158,39 @@ class _DataStream:
         return self.buf[0][i], self.buf[1][i]  # (K, B, T), (K, B, T-1)
 
 
+class _PolishStream:
+    """The polish phase's batches: per member, half its own errors (mined once from the
+    training split, see recipe.mine_errors), half the ordinary training stream."""
+
+    def __init__(self, data: _DataStream, model: ArithTransformer, device: torch.device):
+        self.data, cfg = data, data.cfg
+        gen = torch.Generator().manual_seed(0x9011_5400 + cfg.seed)
+        self.errors = [data.task.encode(*e) for e in mine_errors(model, data.task, cfg, gen)]
+        self.errors = [(t.to(device), m.to(device)) for t, m in self.errors]  # (E_k, T) each
+        self.half = cfg.batch_size // 2
+
+    def next(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        tokens, mask = (x.clone() for x in self.data.next(step))  # (K, B, T), (K, B, T-1)
+        for k, (et, em) in enumerate(self.errors):
+            if et.shape[0]:  # a member that makes no error keeps the ordinary batch
+                idx = torch.randint(et.shape[0], (self.half,), generator=self.data.gens[k])
+                tokens[k, :self.half], mask[k, :self.half] = et[idx], em[idx]
+        return tokens, mask
+
+
 def eval_problems(task: Task, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The held-out evaluation set, the same for every run of a task: three quarters uniform
     over the problem space (what the final check and verification mostly see, so early stopping
-    does not trust an easier mix), a quarter uniform over operand lengths (short operands)."""
+    does not trust an easier mix), a quarter uniform over operand lengths (short operands).
+
+    Distinct problems, since the Wilson bound takes its size as the number of independent
+    checks: min(n, held-out problems of the task) of them (add2 has only ~650)."""
     gen = torch.Generator().manual_seed(EVAL_SEED)
     most = (3 * n) // 4
-    parts = [task.sample(most, gen, "values", split="holdout"),
-             task.sample(n - most, gen, "uniform", split="holdout")]
-    return tuple(torch.cat([p[i] for p in parts]) for i in range(3))
+    first = task.sample(most, gen, "values", split="holdout")
+    # the quarter draws past the first part's problems, and tops it up when that fell short
+    rest = task.sample(n - first[0].numel(), gen, "uniform", split="holdout", exclude=first)
+    return tuple(torch.cat(p) for p in zip(first, rest, strict=True))
 
 
 def micro_batches(cfg: TrainConfig, device: torch.device) -> int:
@@ -175,11 +201,23 @@ def micro_batches(cfg: TrainConfig, device: torch.device) -> int:
     return max(1, min(cfg.batch_size, (cfg.seeds * cfg.batch_size) // per_call))
 
 
-def reached(em: float, n: int, target: float) -> bool:
+def reached(em: float, n: int, target: float, seeds: int) -> bool:
     """Early stop only when the Wilson 95% lower bound of the measured exact match clears the
     target, so a small evaluation set cannot stop a model that is not there yet (for a target
-    of 1.0, which no finite sample can bound, every evaluation problem must be right)."""
-    return em >= target and wilson_lower(round(em * n), n) >= min(target, wilson_lower(n, n))
+    of 1.0, which no finite sample can bound, every evaluation problem must be right).
+
+    `em` is the best of `seeds` (live) seeds, and the best of K noisy scores overstates its
+    seed (the winner's curse), so the bound is Bonferroni-corrected: 95% for all K at once."""
+    z = z_for(0.05 / max(1, seeds))
+    return em >= target and wilson_lower(round(em * n), n, z) >= min(target, wilson_lower(n, n, z))
+
+
+def eval_size_of(result: TrainResult) -> int:
+    """How many distinct held-out problems each evaluation of this run scored: the n that
+    `reached` needs, which can be below train_cfg.eval_size on small tasks."""
+    if not result.eval_size:  # a result that train() did not fill in
+        result.eval_size = eval_problems(result.task, result.train_cfg.eval_size)[0].numel()
+    return result.eval_size
 
 
 def _loss_fn(model: ArithTransformer, tokens: torch.Tensor, mask: torch.Tensor,
@@ -208,15 +246,31 @@ def _make_optimizer(model: ArithTransformer, cfg: TrainConfig) -> torch.optim.Op
 
 @torch.no_grad()
 def _clip_and_guard(model: ArithTransformer, clip: float, alive: torch.Tensor) -> None:
-    """Per-seed global-norm clipping; dead seeds' gradients zeroed so they stay inert."""
+    """Per-seed global-norm clipping; a seed whose gradient is not finite dies (`alive`, (K,),
+    is updated in place) and dead seeds' gradients become exactly 0 so they stay inert."""
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     k = alive.numel()
     sq = torch.stack([g.reshape(k, -1).pow(2).sum(1) for g in grads]).sum(0)  # (K,)
-    scale = alive.float()
+    alive &= torch.isfinite(sq)
+    scale = torch.ones_like(sq)
     if clip > 0:
-        scale = scale * (clip / (sq.sqrt() + 1e-6)).clamp(max=1.0)
+        scale = (clip / (sq.sqrt() + 1e-6)).clamp(max=1.0)
+    # where, not a product: a dead seed's norm is NaN and 0 * NaN would poison its gradient
+    scale = torch.where(alive, scale, 0.0)
     for g in grads:
         g.nan_to_num_(0.0, 0.0, 0.0).mul_(scale.view(-1, *([1] * (g.dim() - 1))))
+
+
+@torch.no_grad()
+def _step_live(opt: torch.optim.Optimizer, params: list[torch.Tensor],
+               before: list[torch.Tensor], alive: torch.Tensor) -> None:
+    """opt.step() for the live seeds only. AdamW's weight decay and momentum move a weight
+    even at zero gradient, so each dead member is put back to its weights before the step,
+    i.e. as they were when it died; no host sync, so it costs two copies per step."""
+    torch._foreach_copy_(before, params)
+    opt.step()
+    for p, b in zip(params, before):
+        p.copy_(torch.where(alive.view(-1, *([1] * (p.dim() - 1))), p, b))
 
 
 def train(
@@ -236,22 +290,30 @@ def train(
     K = cfg.seeds
     model = ArithTransformer(model_cfg, k=K, seeds=[cfg.seed + i for i in range(K)]).to(device)
     opt = _make_optimizer(model, cfg)
+    params = list(model.parameters())
+    before = [p.detach().clone() for p in params]  # _step_live's scratch copy of the weights
     loss_fn = _loss_fn
     if cfg.compile:
         loss_fn = torch.compile(_loss_fn, dynamic=False)
     data = _DataStream(task, cfg, device)
-    ea, eb, eop = eval_problems(task, cfg.eval_size)
+    ea, eb, eop = eval_problems(task, cfg.eval_size)  # (N,) each, N <= cfg.eval_size
     result = TrainResult(task=task, model_cfg=model_cfg, train_cfg=cfg, model=model,
-                         params=count_params(model), device=str(device), failed=[False] * K)
+                         params=count_params(model), device=str(device), failed=[False] * K,
+                         eval_size=ea.numel())
     alive = torch.ones(K, dtype=torch.bool, device=device)
     n_micro = micro_batches(cfg, device)
     start = answer_start(task)
     loss_sum = torch.zeros(K, dtype=torch.float64, device=device)
     loss_n = 0
-    total = cfg.steps + cfg.restart_steps
+    main = cfg.steps + cfg.restart_steps
+    total = main + cfg.polish_steps
+    grokfast = GrokfastEMA(params, cfg.grokfast_alpha, cfg.grokfast_lambda) \
+        if cfg.grokfast_alpha else None
     t0 = time.perf_counter()
     step = 0
     while step < total:
+        if step == main and cfg.polish_steps:  # every seed's own errors, training split only
+            data = _PolishStream(data, model, device)
         model.train()
         lr = lr_at(step, cfg)
         for g in opt.param_groups:
@@ -265,8 +327,10 @@ def train(
             torch.where(alive, mb, torch.zeros_like(mb)).sum().backward()
             losses += mb.detach()
         alive &= torch.isfinite(losses)
+        if grokfast is not None:
+            grokfast.apply()  # before clipping, as in the Grokfast paper
         _clip_and_guard(model, cfg.grad_clip, alive)
-        opt.step()
+        _step_live(opt, params, before, alive)
         loss_sum += torch.where(alive, losses.detach().double(), 0.0)
         loss_n += 1
         step += 1
@@ -299,7 +363,7 @@ def train(
         stop = bool(on_eval(point, result)) if on_eval is not None else False
         if not live:
             result.stopped_early, result.stop_reason = True, "every seed failed (non-finite loss)"
-        elif cfg.early_stop and reached(point.best_em, ea.numel(), cfg.target):
+        elif cfg.early_stop and reached(point.best_em, ea.numel(), cfg.target, len(live)):
             result.stopped_early, result.stop_reason = step < total, "reached target"
         elif cfg.time_budget and point.elapsed >= cfg.time_budget:
             result.stopped_early, result.stop_reason = True, "time budget"

@@ -1,0 +1,55 @@
+"""The tiny-model training recipe: carry fade, curriculum stages, Grokfast, polish mining."""
+
+from __future__ import annotations
+
+import torch
+
+from arithsweep.core.config import ModelConfig, TrainConfig
+from arithsweep.core.model import ArithTransformer
+from arithsweep.core.recipe import GrokfastEMA, carry_share, curriculum_cap, mine_errors
+from arithsweep.core.tasks import get_task
+
+
+def test_carry_share_fades_between_the_fractions():
+    cfg = TrainConfig(steps=1000, carry_frac=0.8, carry_fade_start=0.25, carry_fade_end=0.75)
+    assert carry_share(cfg, 0) == carry_share(cfg, 250) == 0.8
+    assert abs(carry_share(cfg, 500) - 0.4) < 1e-12
+    assert carry_share(cfg, 750) == carry_share(cfg, 5000) == 0.0
+    assert carry_share(TrainConfig(carry_frac=0.3), 10**6) == 0.3  # no fade asked
+
+
+def test_curriculum_in_stages_and_linear():
+    staged = TrainConfig(curriculum_steps=900, curriculum_stages=2)
+    # MicroAdder's 3 / 6 / 10 digits for add10 in three equal stages, then the full task
+    assert [curriculum_cap(staged, 10, s) for s in (0, 299, 300, 599, 600, 899)] == [
+        4, 4, 7, 7, 10, 10]
+    assert curriculum_cap(staged, 10, 900) is None
+    linear = TrainConfig(curriculum_steps=100)
+    caps = [curriculum_cap(linear, 3, s) for s in range(100)]
+    assert caps[0] == 1 and caps == sorted(caps) and max(caps) == 3
+    assert curriculum_cap(TrainConfig(), 3, 0) is None
+
+
+def test_grokfast_adds_the_ema_of_past_gradients_per_member():
+    p = torch.nn.Parameter(torch.zeros(2, 3))  # K = 2 members
+    f = GrokfastEMA([p], alpha=0.5, lam=2.0)
+    p.grad = torch.tensor([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]])
+    f.apply()  # first step: ema = g, g <- g + 2g
+    assert torch.equal(p.grad[0], torch.full((3,), 3.0)) and not p.grad[1].any()
+    p.grad = torch.tensor([[1.0, 1.0, 1.0], [4.0, 4.0, 4.0]])
+    f.apply()  # ema = 0.5*1 + 0.5*1 = 1 / 0.5*0 + 0.5*4 = 2
+    assert torch.equal(p.grad, torch.tensor([[3.0] * 3, [8.0] * 3]))
+
+
+def test_polish_mines_errors_from_the_training_split_only():
+    task = get_task("add2")
+    model = ArithTransformer(ModelConfig(vocab_size=task.vocab_size, n_ctx=task.n_ctx,
+                                         d_model=8), k=2, seeds=[0, 1])  # untrained: wrong a lot
+    cfg = TrainConfig(polish_pool=4000)
+    errors = mine_errors(model, task, cfg, torch.Generator().manual_seed(0))
+    assert len(errors) == 2 and all(e[0].numel() > 100 for e in errors)
+    held = {(a, b, o) for a, b, o in zip(*(t.tolist() for t in task.enumerate_all()))
+            if task.is_holdout(torch.tensor([a]), torch.tensor([b]), torch.tensor([o]))}
+    for a, b, op in errors:
+        assert not task.is_holdout(a, b, op).any()
+        assert not {(x, y, z) for x, y, z in zip(a.tolist(), b.tolist(), op.tolist())} & held
