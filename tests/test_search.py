@@ -22,14 +22,18 @@ from arithsweep.search.driver import SearchOptions, run_search
 REPO = Path(__file__).resolve().parent.parent
 
 # d_model 16, 2 heads, d_ff 32, lr 0.01, batch 128 passes 90% on add2 in ~900 steps for every
-# seed tried; the space varies d_ff so the study has something to minimise.
+# seed tried; the space varies d_ff so the study has something to minimise. The first start
+# point becomes the incumbent; the second is larger, so it must be skipped untrained.
 SPACE_OK = """
 name: test-add2
+start:
+  - {model.d_ff: 32}
+  - {model.d_ff: 48}
 model:
   n_layers: 1
   d_model: 16
   n_heads: 2
-  d_ff: {choice: [32, 48]}
+  d_ff: {choice: [0, 32, 48]}
 train:
   steps: 1500
   lr: 0.01
@@ -109,34 +113,48 @@ def _trial_runs(summary):
 
 
 @pytest.mark.slow
-def test_search_finds_verifies_and_records(ray_local, tmp_path):
+def test_search_verifies_at_once_and_never_trains_what_cannot_win(ray_local, tmp_path):
     from arithsweep.leaderboard.board import open_db
 
     events: list[dict] = []
-    s = _run(_opts(tmp_path, space=_space(tmp_path, SPACE_OK), trials=4, name="a",
-                         train_target=0.97, n_verify=2, asha_grace=5), on_update=events.append)
+    s = _run(_opts(tmp_path, space=_space(tmp_path, SPACE_OK), trials=3, name="a",
+                   concurrency=1, train_target=0.97, patience=4), on_update=events.append)
 
-    assert s.n_trials == 4 and s.n_errored == 0
-    assert s.n_feasible >= 1
+    assert s.n_trials == 3 and s.n_errored == 0
+    first = min(s.trials, key=lambda t: t["config"]["trial_number"])
+    assert first["config"]["model.d_ff"] == 32 and first["feasible"]
+    # verified on the driver as soon as it finished: the incumbent, and an entry
+    assert s.incumbent == first["params"]
     assert s.best is not None and s.best["entry_id"] is not None
-    assert s.best["verified_em"] >= 0.9
-    assert Path(s.dir) == tmp_path / "searches" / "a"
-    assert json.loads((Path(s.dir) / "summary.json").read_text())["n_trials"] == 4
+    assert s.best["params"] == s.incumbent and s.best["verified_em"] >= 0.9
+    # the larger start point and every later proposal at or above the incumbent: told, not run
+    assert s.skipped and s.skipped[0]["config"]["model.d_ff"] == 48
+    assert all(k["params"] >= s.incumbent and k["bound"] <= k["params"] for k in s.skipped)
+    later = [t for t in s.trials if t is not first]
+    assert all(t["params"] < s.incumbent for t in later)  # only d_ff 0 could still win
+    assert s.trained_above_incumbent == []
+    assert all(t["stop_reason"] in ("plateau", "step budget") for t in later)
+    # success rate per architecture adds up to the trials'
+    assert sum(a["seeds_trained"] for a in s.architectures) == sum(
+        t["seeds_trained"] for t in s.trials)
+    assert all(0 <= a["seeds_reached"] <= a["seeds_trained"] for a in s.architectures)
+    assert first["seeds_reached"] >= 1
+    assert json.loads((Path(s.dir) / "summary.json").read_text())["n_trials"] == 3
+    assert json.loads((Path(s.dir) / "verified.json").read_text())[first["trial_id"]][
+        "qualifies"]
     assert Path(s.plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert s.frontier and all(a[0] < b[0] and a[1] < b[1]
-                              for a, b in zip(s.frontier, s.frontier[1:], strict=False))
 
-    # Optuna: every trial told, with the exact-match constraint; best = smallest feasible
+    # Optuna: trained and skipped trials all told, with the constraint; best = the incumbent
     study = _study(s)
-    assert len(study.trials) == 4
+    assert len(study.trials) == s.n_trials + len(s.skipped)
     assert all("exact_match" in t.constraints for t in study.trials)
-    feasible = [t for t in study.trials if t.constraints["exact_match"] <= 0]
-    assert len(feasible) == s.n_feasible
-    assert study.best_trial.value == min(t.value for t in feasible)
+    skipped = [t for t in study.trials if t.user_attrs.get("skipped")]
+    assert len(skipped) == len(s.skipped)
+    assert all(t.constraints["exact_match"] > 0 for t in skipped)  # never feasible untrained
+    assert study.best_trial.value == s.incumbent
 
-    # MLflow: one finished run per trial, params, curves stepped by training step, artifact
+    # MLflow: one finished run per trained trial (none for skipped ones), verified tag
     client, runs = _trial_runs(s)
-    assert len(runs) == 4
     assert {r.data.tags["arithsweep.trial_id"] for r in runs} == {t["trial_id"] for t in s.trials}
     assert all(r.info.status == "FINISHED" for r in runs)
     run = next(r for r in runs if r.info.run_id == s.verified[0]["mlflow_run_id"])
@@ -149,15 +167,25 @@ def test_search_finds_verifies_and_records(ray_local, tmp_path):
     # leaderboard: the verified entry carries the search's metadata
     rows = open_db(f"sqlite:///{tmp_path / 'lb.db'}").query(task="add2", all=True)
     mine = [r for r in rows if r["search_name"] == "a"]
-    assert mine and mine[0]["mlflow_run_id"] in {r.info.run_id for r in runs}
-    assert mine[0]["trial_id"] in {t["trial_id"] for t in s.trials}
+    assert mine and mine[0]["trial_id"] == first["trial_id"]
 
-    # live view: every trial started, reported and completed
+    # live view: every trial started and completed; skips and the verification shown
     kinds = {(e["event"], e["trial_id"]) for e in events}
     for t in s.trials:
         assert {("start", t["trial_id"]), ("complete", t["trial_id"])} <= kinds
-    assert any(e["event"] == "result" and e["architecture"].startswith("1L d16")
-               for e in events)
+    assert ("verified", first["trial_id"]) in kinds
+    assert any(e["event"] == "skipped" for e in events)
+
+
+def test_plateau_never_stops_a_model_whose_loss_still_falls():
+    from arithsweep.search.trainable import Plateau
+
+    slow = Plateau(patience=3)  # a small model: exact match stuck at 0, loss falling 5%/eval
+    assert not any(slow.update(0.0, 2.0 * 0.95 ** i) for i in range(50))
+    stuck = Plateau(patience=3)  # nothing moves: stopped after `patience` evaluations
+    assert [stuck.update(0.1, 1.0) for _ in range(4)] == [False, False, False, True]
+    late = Plateau(patience=3)  # exact match climbing while the loss is flat also counts
+    assert not any(late.update(0.01 * i, 1.0) for i in range(20))
 
 
 @pytest.mark.slow
@@ -243,6 +271,9 @@ def test_time_budget_ends_the_search_cleanly(ray_local, tmp_path):
     ({"time_budget": -1}, "time_budget"),
     ({"name": "a/b"}, "plain directory name"),
     ({"name": "x", "resume": "y"}, "not both"),
+    ({"max_params": 0}, "max_params"),
+    ({"patience": 0}, "patience"),
+    ({"near_miss": 2}, "near_miss"),
 ])
 def test_bad_options_are_one_clear_error(kw, match):
     with pytest.raises(ConfigError, match=match):

@@ -114,14 +114,15 @@ def test_conditions_in_shipped_spaces() -> None:
     for _, cfg in _samples(load_space("tiny"), 40, seed=1):
         m = cfg["model"]
         assert ("activation" in m) == (m["d_ff"] > 0)
-        assert ("n_heads" in m) == (m["d_model"] >= 8)
+        assert m["n_heads"] == 1  # fixed: odd widths need one head
         assert ("norm_bias" in m) == (m["norm"] == "layer")
         seen["act" if "activation" in m else "noact"] += 1
-        assert cfg["train"]["seeds"] == 4 and cfg["format"]["pad"] is True
+        assert cfg["train"]["seeds"] == 8 and cfg["format"]["pad"] is True
     for _, cfg in _samples(load_space("adderboard"), 40, seed=2):
         m, t = cfg["model"], cfg["train"]
         assert ("rope_base" in m) == (m["pos"] == "rope")
-        assert ("carry_frac" in t) == (t["sampling"] == "mixed")
+        assert ("grokfast_lambda" in t) == (t["grokfast_alpha"] > 0)
+        assert t["carry_fade_start"] < t["carry_fade_end"]  # MicroAdder's fading carry share
         assert ("d_head" in m) == (m["tie_kv"] is False)
         seen["rope" if "rope_base" in m else "norope"] += 1
         if "rope_base" in m:
@@ -372,3 +373,33 @@ def test_real_optuna_search_config_matches_suggest(tmp_path: Path) -> None:
         assert config_from_tune(config) == space.suggest(optuna.trial.FixedTrial(params))
         assert all("." in k for k in config)  # flat dotted keys, nothing unflattened
     searcher.save(str(tmp_path / "searcher.pkl"))  # resumable: the space pickles
+
+
+@pytest.mark.parametrize("name, task", [("tiny", "add3"), ("adderboard", "add10")])
+def test_shipped_start_points_are_valid_models(name, task):
+    """A space's start points are trained first to give the search an early incumbent: an
+    invalid one would waste the search's first trial (n_heads must divide d_model, …)."""
+    from arithsweep.search.spaces import load_space
+    from arithsweep.search.trial import ProposalSizer
+
+    space = load_space(name)
+    assert space.start, f"{name} ships no start point"
+    sizer = ProposalSizer({"task": task})
+    for point in space.start:
+        assert sizer(space.ray_define_by_run()(_Fixed(point))) > 0
+
+
+class _Fixed:
+    """A define-by-run trial that returns a start point's values (the lowest otherwise)."""
+
+    def __init__(self, point: dict) -> None:
+        self.point = point
+
+    def suggest_categorical(self, key, choices):
+        return self.point.get(key, choices[0])
+
+    def suggest_int(self, key, low, high, step=1, log=False):
+        return self.point.get(key, low)
+
+    def suggest_float(self, key, low, high, log=False):
+        return self.point.get(key, low)

@@ -78,11 +78,18 @@ def search(
     root: Path = typer.Option(None, "--root", help="where searches live (default ./searches)"),
     mlflow_uri: str = typer.Option(None, "--mlflow-uri", help="MLflow tracking URI (default sqlite:///<root>/mlflow.db)"),
     db: str = typer.Option(None, "--db", help=DB_HELP),
-    n_verify: int = typer.Option(3, "--verify", help="best feasible trials to verify and record at the end"),
+    n_verify: int = typer.Option(3, "--verify", help="best feasible trials the deadline cut off to verify at the end"),
+    max_params: int = typer.Option(None, "--max-params", help="never train a model with more unique parameters"),
+    frontier: bool = typer.Option(False, "--frontier", help="train every size (params/accuracy trade-off): the incumbent does not bound proposals"),
+    patience: int = typer.Option(8, "--patience", help="evaluations without progress before a trial stops"),
+    rounds: int = typer.Option(2, "--rounds", help="rounds per architecture: a near miss earns another with twice the seeds and steps"),
     seed: int = typer.Option(0, "--seed", help="sampler seed and base training seed"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Ray Tune + Optuna search for the fewest-parameter model reaching the target."""
+    """Ray Tune + Optuna search for the fewest-parameter model reaching the target.
+
+    Trials that reach the target are verified at once; no proposal as large as the smallest
+    verified model is trained after that."""
     from arithsweep.search.driver import SearchOptions
 
     opts = SearchOptions(
@@ -92,7 +99,8 @@ def search(
         trial_time_budget=parse_duration(trial_time, "--trial-time"), trial_steps=trial_steps,
         address=address, name=name, resume=resume,
         root=str(root.absolute()) if root else None, mlflow_uri=mlflow_uri,
-        n_verify=n_verify, seed=seed,
+        n_verify=n_verify, seed=seed, max_params=max_params, frontier=frontier,
+        patience=patience, extra_rounds=max(0, rounds - 1),
     )
     from arithsweep.leaderboard.verify import make_verifier
     from arithsweep.search.driver import run_search
@@ -114,28 +122,35 @@ def search(
 def _print_summary(s) -> None:
     from rich.table import Table
 
-    t = Table(title=f"search {s.name} · {s.task} · target {s.target:g}")
-    for c in ("params", "exact match", "trial", "verified", "entry"):
+    t = Table(title=f"search {s.name} · {s.task} · target {s.target:g} · trials by size")
+    for c in ("trial", "params", "best exact match", "seeds ok", "stopped because",
+              "verified", "entry", "architecture"):
         t.add_column(c)
     verified = {str(v.get("trial_id")): v for v in s.verified}
-    for params, em in s.frontier:
-        row = next((r for r in s.trials if r.get("params") == params
-                    and r.get("best_em") == em), {})
-        v = verified.get(str(row.get("trial_id")), {})
+    for r in sorted(s.trials, key=lambda r: (r.get("params") or 0, str(r["trial_id"]))):
+        v = verified.get(str(r["trial_id"]), {})
         vem = v.get("exact_match")
-        t.add_row(str(params), f"{em:.4f}", str(row.get("trial_id", "")),
-                  f"{vem:.6f}" if isinstance(vem, float) else "-", str(v.get("entry_id") or "-"))
+        ok = f"{r['seeds_reached']}/{r['seeds_trained']}" if r.get("seeds_trained") else "-"
+        t.add_row(str(r["trial_id"]), str(r.get("params") or "-"), f"{r['best_em']:.4f}", ok,
+                  str(r.get("stop_reason") or ""),
+                  f"{vem:.6f}" if isinstance(vem, float) else "-", str(v.get("entry_id") or "-"),
+                  str(r.get("architecture") or ""))
     out.print(t)
-    out.print(f"{s.n_trials} trials ({s.n_feasible} reached the target, {s.n_errored} errored) "
-              f"in {s.wall_time:.0f}s; frontier above (params vs best exact match)")
+    above = ", ".join(s.trained_above_incumbent) or "none"
+    out.print(f"{s.n_trials} trials trained ({s.n_feasible} reached the target, "
+              f"{s.n_errored} errored), {len(s.skipped)} proposals skipped untrained at or "
+              f"above the incumbent, in {s.wall_time:.0f}s; trained at or above an existing "
+              f"incumbent: {above}")
     if s.best:
         out.print(f"best: [bold]{s.best.get('params')}[/] parameters, exact match "
                   f"{s.best.get('exact_match'):.4f} (trial {s.best.get('trial_id')}, "
+                  f"verified {s.best.get('verified_em') or '-'}, "
                   f"leaderboard entry {s.best.get('entry_id') or '-'})")
     else:
         out.print("[yellow]no trial reached the target[/]: try more --trials, a bigger space "
                   "or a longer --trial-steps")
-    out.print(f"plot {s.plot}\nMLflow {s.mlflow_uri} (arithsweep ui) · results {s.dir}")
+    out.print(f"plot {s.plot}\nMLflow {s.mlflow_uri} (arithsweep ui) · Optuna study "
+              f"{s.study_name} (arithsweep ui --optuna {s.study_name}) · results {s.dir}")
 
 
 def spaces(as_json: bool = typer.Option(False, "--json")) -> None:
@@ -155,17 +170,30 @@ def spaces(as_json: bool = typer.Option(False, "--json")) -> None:
 def ui(
     root: Path = typer.Option(None, "--root", help="where searches live (default ./searches)"),
     mlflow_uri: str = typer.Option(None, "--mlflow-uri", help="tracking URI (default sqlite:///<root>/mlflow.db)"),
-    port: int = typer.Option(5000, "--port"),
+    optuna: str = typer.Option(None, "--optuna", help="serve optuna-dashboard on this search's study instead"),
+    port: int = typer.Option(None, "--port", help="default 5000 (MLflow) or 8080 (Optuna)"),
 ) -> None:
-    """Start the MLflow UI on 127.0.0.1 for the searches' tracking database."""
+    """Start the MLflow UI (or, with --optuna NAME, optuna-dashboard) on 127.0.0.1."""
     base = (root or Path("searches")).expanduser().absolute()
-    uri = mlflow_uri or f"sqlite:///{base / 'mlflow.db'}"
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
-        raise ArithsweepError(f"no MLflow database at {uri.removeprefix('sqlite:///')}: "
-                              "run `arithsweep search` first or pass --mlflow-uri")
-    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
-           "--host", "127.0.0.1", "--port", str(port)]
-    err.print(f"MLflow UI on http://127.0.0.1:{port} for {uri} (Ctrl-C stops it)")
+    if optuna is not None:
+        db = base / optuna / "optuna.db"
+        if not db.is_file():
+            raise ArithsweepError(f"no Optuna study for search {optuna!r}: {db} does not exist")
+        port = port or 8080
+        serve = ("import sys; from optuna_dashboard import run_server; "
+                 "run_server(sys.argv[1], host='127.0.0.1', port=int(sys.argv[2]))")
+        cmd = [sys.executable, "-c", serve, f"sqlite:///{db}", str(port)]
+        what = f"optuna-dashboard on http://127.0.0.1:{port} for study {optuna}"
+    else:
+        uri = mlflow_uri or f"sqlite:///{base / 'mlflow.db'}"
+        if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
+            raise ArithsweepError(f"no MLflow database at {uri.removeprefix('sqlite:///')}: "
+                                  "run `arithsweep search` first or pass --mlflow-uri")
+        port = port or 5000
+        cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
+               "--host", "127.0.0.1", "--port", str(port)]
+        what = f"MLflow UI on http://127.0.0.1:{port} for {uri}"
+    err.print(f"{what} (Ctrl-C stops it)")
     try:
         raise SystemExit(subprocess.call(cmd))
     except KeyboardInterrupt:

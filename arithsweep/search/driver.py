@@ -1,9 +1,13 @@
 """The search driver: Ray Tune + Optuna find the smallest model that reaches the target.
 
 Optuna (define-by-run from a YAML space) minimises unique parameters subject to best exact
-match >= target (a constraint set on each Optuna trial when it completes); ASHA stops trials
-whose exact match lags; every trial is an MLflow run; at the end the best feasible trials
-are re-verified from their weights and the qualifying ones written to the leaderboard.
+match >= target (a constraint set on each Optuna trial when it completes). It is a minimiser,
+not a generic tuner: a trial that reaches the target is verified from its weights on the
+driver at once (through the caller's `verifier`), and from then on no proposal of that size
+or larger is trained (told to Optuna untrained, shown as skipped) and running trials that are
+no smaller are stopped. Trials stop on their own curve (plateau, budget, reached), never
+because a bigger model is ahead; near misses earn a second round of seeds. Every trial is an
+MLflow run; the summary lists stop reasons, skipped proposals and per-architecture success.
 
     from arithsweep.search.driver import SearchOptions, run_search
     print(run_search(SearchOptions(task="add2", target=0.9, space="tiny", trials=8)).best)
@@ -12,7 +16,8 @@ or `arithsweep search --task add2 --target 0.9 --trials 8`. A search lives in
 `<root>/<name>/`: `tune/` (the Tune experiment, trial checkpoints), `optuna.db` (the study,
 named after the search), `search.json`, `summary.json`, `params_vs_em.png`. MLflow defaults to
 `<root>/mlflow.db` with artifacts under `<root>/mlartifacts`. A killed search continues with
-`SearchOptions(resume=name, trials=N)`: same Tune experiment, same Optuna study.
+`SearchOptions(resume=name, trials=N)`: same Tune experiment, same Optuna study, same
+incumbent (`verified.json`).
 """
 
 from __future__ import annotations
@@ -24,97 +29,15 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from arithsweep.core.errors import ArithsweepError, ConfigError
+from arithsweep.search.options import SearchOptions, SearchSummary
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the arithsweep package
 TUNE_DIR = "tune"  # the Tune experiment's name inside the search directory
-
-
-@dataclass
-class SearchOptions:
-    task: str | None = None  # required for a new search; taken from search.json on resume
-    target: float | None = None  # exact match to reach, in (0, 1]; default 0.99
-    space: str = "tiny"  # shipped space name or path to a YAML file
-    trials: int = 20  # total trials (on resume: the new total, counting the earlier ones)
-    concurrency: int | None = None  # max trials at once; default: as many as resources allow
-    cpus_per_trial: float = 1.0
-    gpus_per_trial: float | None = None  # fractions allowed; default 1 if the cluster has GPUs
-    time_budget: float = 0.0  # seconds for the whole search (0 = none)
-    trial_time_budget: float = 0.0  # seconds per trial, overrides the space (0 = the space's)
-    trial_steps: int = 0  # steps per trial, overrides the space (0 = the space's)
-    # A trial stops early once a seed reaches train_target (default: target) on its held-out
-    # eval sample (train.eval_size); a bit above target leaves room for full verification.
-    train_target: float | None = None
-    address: str | None = None  # None: new local Ray; "auto" or "HOST:PORT": join a cluster
-    num_cpus: int | None = None  # CPUs of a new local Ray instance (default: all)
-    name: str | None = None  # default: <task>-<timestamp>
-    resume: str | None = None  # name of a search to continue
-    root: str | None = None  # default: <cwd>/searches
-    mlflow_uri: str | None = None  # default: sqlite:///<root>/mlflow.db
-    n_verify: int = 3  # best feasible trials to verify at the end
-    seed: int = 0  # Optuna sampler seed and base training seed
-    asha_grace: int = 3  # evaluations before ASHA may stop a trial
-    asha_reduction: int = 3
-    max_failures: int = 0  # retries of a crashed trial (0: record it failed and go on)
-    fail_when: dict | None = None  # testing only: raise in trials whose config matches
-
-    def __post_init__(self) -> None:
-        def need(ok: bool, what: str) -> None:
-            if not ok:
-                raise ConfigError(f"search: {what}")
-
-        need(self.task is not None or self.resume is not None,
-             "--task is required for a new search (or --resume NAME)")
-        for f in ("target", "train_target"):
-            v = getattr(self, f)
-            need(v is None or (isinstance(v, (int, float)) and 0 < v <= 1),
-                 f"{f}={v!r}: must be in (0, 1]")
-        for f, lo in (("trials", 1), ("concurrency", 1), ("trial_steps", 0), ("num_cpus", 1),
-                      ("n_verify", 0), ("asha_grace", 1), ("asha_reduction", 2),
-                      ("max_failures", 0)):
-            v = getattr(self, f)
-            need(v is None and f in ("concurrency", "num_cpus") or (
-                isinstance(v, int) and not isinstance(v, bool) and v >= lo),
-                f"{f}={v!r}: must be a whole number >= {lo}")
-        for f in ("cpus_per_trial", "gpus_per_trial", "time_budget", "trial_time_budget"):
-            v = getattr(self, f)
-            need(v is None and f == "gpus_per_trial" or (
-                isinstance(v, (int, float)) and (v > 0 if f == "cpus_per_trial" else v >= 0)),
-                f"{f}={v!r}: must be " + ("> 0" if f == "cpus_per_trial" else ">= 0"))
-        for f in ("name", "resume"):
-            v = getattr(self, f)
-            need(v is None or (v and "/" not in v and v not in (".", "..")),
-                 f"{f}={v!r}: must be a plain directory name")
-        need(not (self.name and self.resume and self.name != self.resume),
-             "give either --name (new search) or --resume (existing one), not both")
-
-
-@dataclass
-class SearchSummary:
-    name: str
-    dir: str
-    task: str
-    target: float
-    n_trials: int
-    n_feasible: int
-    n_errored: int
-    best: dict | None  # params, exact_match, trial_id, entry_id, verified_em, checkpoint
-    frontier: list[tuple[int, float]]  # Pareto points (params, best exact match)
-    verified: list[dict]
-    plot: str | None
-    mlflow_uri: str
-    mlflow_experiment_id: str
-    study_storage: str
-    study_name: str
-    trials: list[dict] = field(default_factory=list)
-    wall_time: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _abs_sqlite(path: Path) -> str:
@@ -133,14 +56,15 @@ Verifier = Callable[[dict], dict]
 
 Gets {"trial_id", "params", "train_em", "checkpoint", "mlflow_run_id", "search_name", "target"};
 returns at least {"qualifies": bool, "exact_match": float | None} and, when recorded,
-"entry_id". The CLI builds one from the leaderboard wing (`leaderboard.board.make_verifier`),
+"entry_id". The CLI builds one from the leaderboard wing (`leaderboard.verify.make_verifier`),
 so the search never imports the leaderboard; None verifies nothing."""
 
 
 def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = None,
                verifier: Verifier | None = None) -> SearchSummary:
     """Run (or resume) a search; `on_update(event)` gets trial start/result/complete events;
-    `verifier` checks the best feasible trials from their weights (see `Verifier`)."""
+    `verifier` checks trials that reach the target from their weights (see `Verifier`): the
+    smallest verified one bounds every later proposal."""
     t0 = time.time()
     root = Path(opts.root or Path.cwd() / "searches").expanduser().absolute()
     name = opts.resume or opts.name or f"{opts.task}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -170,32 +94,36 @@ def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = N
     with _quiet_logs():
         import ray
 
-        from arithsweep.search import callbacks as cb
+        from arithsweep.search import incumbent, run_settings, tracking
 
         try:
-            experiment_id, parent_run = cb.mlflow_setup(mlflow_uri, root, task, name,
-                                                        space.name, target, bool(opts.resume))
+            experiment_id, parent_run = tracking.mlflow_setup(
+                mlflow_uri, root, task, name, space.name, target, bool(opts.resume))
         except Exception as exc:  # unreachable server, bad URI, locked file
             raise ArithsweepError(f"MLflow at {mlflow_uri}: {_first_line(exc)}") from None
         started = _ray_up(opts)
         deadline = t0 + opts.time_budget if opts.time_budget else None  # startup counts
-        cb.register_driver(name, opts.trials, deadline, on_update)
+        verified = incumbent.load_verified(sdir)  # a resumed search keeps its incumbent
+        state = run_settings.register(name, run_settings.DriverState(
+            trials=opts.trials, deadline=deadline, on_update=on_update, verifier=verifier,
+            max_params=opts.max_params, frontier=opts.frontier, verified=verified,
+            incumbent=incumbent.incumbent_of(verified)))
         try:
             results = _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri,
                            experiment_id, parent_run)
+            summary = _finish(opts, name, sdir, task, target, results, mlflow_uri,
+                              experiment_id, optuna_url, state)
         except BaseException:
             # Killed or broken: the parent run says so; `resume` continues where Tune saved.
-            cb.mlflow_client(mlflow_uri).set_terminated(parent_run, "KILLED")
+            tracking.mlflow_client(mlflow_uri).set_terminated(parent_run, "KILLED")
             raise
         finally:
-            cb.unregister_driver(name)
+            run_settings.unregister(name)
             if started:
                 ray.shutdown()
-    summary = _finish(opts, name, sdir, task, target, results, mlflow_uri, experiment_id,
-                      parent_run, optuna_url, verifier)
     summary.wall_time = round(time.time() - t0, 2)
     _write_json(sdir / "summary.json", summary.to_dict())
-    cb.mlflow_close(mlflow_uri, parent_run, summary, sdir)
+    tracking.mlflow_close(mlflow_uri, parent_run, summary, sdir)
     return summary
 
 
@@ -266,14 +194,16 @@ def _ray_up(opts: SearchOptions) -> bool:
     return True
 
 
+
 def _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri, experiment_id,
          parent_run):
     import ray
     from ray import tune
-    from ray.tune.schedulers import ASHAScheduler
+    from ray.tune.stopper import CombinedStopper
 
-    from arithsweep.search import callbacks as cb
-    from arithsweep.search.trainable import CONST_KEY, describe_trial, run_trial
+    from arithsweep.search import incumbent, live, run_settings, searcher, tracking
+    from arithsweep.search.trainable import run_trial
+    from arithsweep.search.trial import CONST_KEY, ProposalSizer, describe_trial
 
     avail = ray.cluster_resources()
     gpus = opts.gpus_per_trial
@@ -289,53 +219,67 @@ def _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri, experime
     if opts.resume and tune.Tuner.can_restore(str(exp_dir)):
         # Finished trials stay; unfinished ones continue; errored ones stay errored (Optuna
         # has already been told FAIL, re-running them would be a second, untold attempt).
-        tuner = tune.Tuner.restore(str(exp_dir), trainable=trainable, resume_unfinished=True,
-                                   resume_errored=False, restart_errored=False)
-    else:
-        const = {"task": task, "target": target, "cpus_per_trial": opts.cpus_per_trial,
-                 "train_target": max(target, opts.train_target or target),
-                 "device": "cuda" if gpus else "cpu", "steps": opts.trial_steps,
-                 "time_budget": opts.trial_time_budget, "seed": opts.seed,
-                 "space": space.name, "search": name, "fail_when": opts.fail_when}
-        searcher = cb.ConstrainedOptunaSearch(space.ray_define_by_run(), target=target,
-                                              study_name=name, storage_url=optuna_url,
-                                              seed=opts.seed)
-        asha = ASHAScheduler(time_attr="training_iteration", metric="best_em", mode="max",
-                             max_t=10**6, grace_period=opts.asha_grace,
-                             reduction_factor=opts.asha_reduction)
-        callbacks = [cb.MlflowTrialCallback(name, mlflow_uri, experiment_id, parent_run,
-                                            describe_trial, target), cb.LiveCallback(name)]
-        tuner = tune.Tuner(
-            trainable,
-            param_space={CONST_KEY: const},
-            tune_config=tune.TuneConfig(
-                search_alg=cb.BudgetedSearchGenerator(searcher, name, concurrency),
-                scheduler=asha, num_samples=opts.trials, reuse_actors=False,
-                trial_name_creator=cb.trial_dirname, trial_dirname_creator=cb.trial_dirname),
-            run_config=tune.RunConfig(
-                storage_path=str(sdir), name=TUNE_DIR, stop=cb.DeadlineStopper(name),
-                failure_config=tune.FailureConfig(max_failures=opts.max_failures),
-                checkpoint_config=tune.CheckpointConfig(
-                    num_to_keep=1, checkpoint_score_attribute="best_em",
-                    checkpoint_score_order="max"),
-                callbacks=callbacks, verbose=0, log_to_file=False))
+        return tune.Tuner.restore(str(exp_dir), trainable=trainable, resume_unfinished=True,
+                                  resume_errored=False, restart_errored=False).fit()
+    const = {"task": task, "target": target, "cpus_per_trial": opts.cpus_per_trial,
+             "train_target": max(target, opts.train_target or target),
+             "device": "cuda" if gpus else "cpu", "steps": opts.trial_steps,
+             "time_budget": opts.trial_time_budget, "seed": opts.seed,
+             "space": space.name, "search": name, "fail_when": opts.fail_when,
+             "patience": opts.patience, "extra_rounds": opts.extra_rounds,
+             "near_miss": opts.near_miss}
+    search = searcher.ConstrainedOptunaSearch(
+        space.ray_define_by_run(), target=target, study_name=name, storage_url=optuna_url,
+        sizer=ProposalSizer(const), seed=opts.seed, start=space.start)
+    # No multi-fidelity scheduler: a trial stops on its own curve (see trainable); from
+    # outside only the incumbent (a verified model no larger) or the deadline stops it.
+    callbacks = [tracking.MlflowTrialCallback(name, mlflow_uri, experiment_id, parent_run,
+                                              describe_trial, target),
+                 live.LiveCallback(name), incumbent.VerifyCallback(name, str(sdir), target)]
+    stoppers = CombinedStopper(run_settings.DeadlineStopper(name),
+                               run_settings.IncumbentStopper(name))
+    tuner = tune.Tuner(
+        trainable,
+        param_space={CONST_KEY: const},
+        tune_config=tune.TuneConfig(
+            search_alg=searcher.BudgetedSearchGenerator(search, name, concurrency),
+            num_samples=opts.trials, reuse_actors=False,
+            trial_name_creator=live.trial_dirname, trial_dirname_creator=live.trial_dirname),
+        run_config=tune.RunConfig(
+            storage_path=str(sdir), name=TUNE_DIR, stop=stoppers,
+            failure_config=tune.FailureConfig(max_failures=opts.max_failures),
+            checkpoint_config=tune.CheckpointConfig(
+                num_to_keep=1, checkpoint_score_attribute="best_em",
+                checkpoint_score_order="max"),
+            callbacks=callbacks, verbose=0, log_to_file=False))
     return tuner.fit()
 
 
-def _finish(opts, name, sdir, task, target, results, mlflow_uri, experiment_id, parent_run,
-            optuna_url, verifier) -> SearchSummary:
-    from arithsweep.search import callbacks as cb
+def _finish(opts, name, sdir, task, target, results, mlflow_uri, experiment_id, optuna_url,
+            state) -> SearchSummary:
+    from arithsweep.search import incumbent, tracking
     from arithsweep.search.plots import frontier, plot_params_vs_em
-    from arithsweep.search.trainable import close_unreported, trial_rows
+    from arithsweep.search.results import architecture_rates, close_unreported, trial_rows
 
-    rows = trial_rows(results, target)
+    rows = trial_rows(results, target, state.stop_reasons)
     close_unreported(rows, optuna_url, name, mlflow_uri, experiment_id)
-    runs = cb.mlflow_trial_runs(mlflow_uri, experiment_id, name)
+    runs = tracking.mlflow_trial_runs(mlflow_uri, experiment_id, name)
     for r in rows:
         r["mlflow_run_id"] = runs.get(r["trial_id"])
     feasible = sorted((r for r in rows if r["feasible"]),
                       key=lambda r: (r["params"], -r["best_em"]))
-    verified = _verify(feasible[:opts.n_verify], target, name, verifier, mlflow_uri)
+    # Trials verified while the search ran are not verified twice; the best feasible ones
+    # the deadline stopped before they completed are verified now.
+    for r in feasible[:opts.n_verify]:
+        incumbent.verify_candidate(name, sdir, target, {
+            "trial_id": r["trial_id"], "params": r["params"], "train_em": r["best_em"],
+            "checkpoint": r["checkpoint"]})
+    verified = []
+    for trial_id, item in state.verified.items():
+        item = {**item, "mlflow_run_id": runs.get(trial_id)}
+        tracking.mlflow_verified(mlflow_uri, item)
+        verified.append(item)
+    verified.sort(key=lambda v: (not v.get("qualifies"), v.get("params") or 0))
     # Best = the smallest trial that passed verification, else the smallest feasible one.
     ok = [v for v in verified if v.get("qualifies")]
     b = ok[0] if ok else ({**feasible[0], "train_em": feasible[0]["best_em"]}
@@ -351,22 +295,9 @@ def _finish(opts, name, sdir, task, target, results, mlflow_uri, experiment_id, 
         n_feasible=len(feasible), n_errored=sum(r["errored"] for r in rows), best=best,
         frontier=frontier(rows), verified=verified, plot=plot, mlflow_uri=mlflow_uri,
         mlflow_experiment_id=experiment_id, study_storage=optuna_url, study_name=name,
-        trials=rows)
-
-
-def _verify(candidates, target, name, verifier, mlflow_uri) -> list[dict]:
-    """Hand the candidates to the caller's verifier (driver only); mark their MLflow runs."""
-    from arithsweep.search import callbacks as cb
-
-    out: list[dict] = []
-    for c in candidates if verifier is not None else []:
-        cand = {"trial_id": c["trial_id"], "params": c["params"], "train_em": c["best_em"],
-                "checkpoint": c["checkpoint"], "mlflow_run_id": c.get("mlflow_run_id"),
-                "search_name": name, "target": target}
-        item = {**cand, **verifier(cand)}
-        cb.mlflow_verified(mlflow_uri, item)
-        out.append(item)
-    return out
+        skipped=state.skipped, incumbent=state.incumbent,
+        trained_above_incumbent=sorted(state.trained_above),
+        architectures=architecture_rates(rows), trials=rows)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import functools
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -53,6 +52,17 @@ from typing import Any
 import yaml
 
 from arithsweep.core.errors import ConfigError
+from arithsweep.search.space_fields import (
+    SECTIONS,
+    Condition,
+    FieldSpec,
+    Param,
+    coerce,
+    field_specs,
+    fmt_value,
+    section_class,
+    type_ok,
+)
 
 __all__ = [
     "SECTIONS",
@@ -63,163 +73,13 @@ __all__ = [
     "parse_space_file",
 ]
 
-SECTIONS = ("model", "train", "format")
-TOP_LEVEL = ("name", "description", *SECTIONS)
+TOP_LEVEL = ("name", "description", *SECTIONS, "start")
 NOT_SEARCHABLE = {"model": {"vocab_size": "comes from the task", "n_ctx": "comes from the task"}}
 KINDS = ("choice", "int", "float")
 KIND_OPTIONS = {"choice": {"when"}, "int": {"step", "log", "when"}, "float": {"log", "when"}}
 OPS = ("eq", "ne", "gt", "ge", "lt", "le", "in")
 _ORDER_OPS = {"gt", "ge", "lt", "le"}
-_OP_TEXT = {"eq": "=", "ne": "!=", "gt": ">", "ge": ">=", "lt": "<", "le": "<=", "in": "in"}
 _SCALAR = (bool, int, float, str, type(None))
-
-# --------------------------------------------------------------------------------------------
-# Field types of the three target dataclasses (lazy: arithsweep.core.model imports torch)
-
-
-@dataclass(frozen=True)
-class _FieldSpec:
-    types: frozenset[type]  # subset of {bool, int, float, str, NoneType}
-    default: Any
-
-    def type_text(self) -> str:
-        order = (bool, int, float, str, type(None))
-        return " | ".join("null" if t is type(None) else t.__name__
-                          for t in order if t in self.types)
-
-
-_TYPE_NAMES = {"bool": bool, "int": int, "float": float, "str": str, "None": type(None),
-               "NoneType": type(None)}
-
-
-def _types_of(annotation: Any) -> frozenset[type]:
-    """`int | None` (a string under postponed annotations, or a real type) -> {int, NoneType}."""
-    if isinstance(annotation, str):
-        text = re.sub(r"Optional\[(.*)\]", r"\1 | None", annotation)
-        parts = [p.strip() for p in text.split("|")]
-        return frozenset(_TYPE_NAMES[p] for p in parts if p in _TYPE_NAMES)
-    if isinstance(annotation, type):
-        return frozenset({annotation})
-    return frozenset(t for t in getattr(annotation, "__args__", ()) if t in _TYPE_NAMES.values())
-
-
-def _specs_of(cls: type) -> dict[str, _FieldSpec]:
-    out = {}
-    for f in dataclasses.fields(cls):
-        default = f.default
-        if default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
-            default = f.default_factory()
-        out[f.name] = _FieldSpec(_types_of(f.type), default)
-    return out
-
-
-def _section_class(section: str) -> type:
-    if section == "model":
-        from arithsweep.core.config import ModelConfig
-        return ModelConfig
-    if section == "train":
-        from arithsweep.core.config import TrainConfig
-        return TrainConfig
-    from arithsweep.core.tasks import Format
-    return Format
-
-
-@functools.lru_cache(maxsize=1)
-def _field_specs() -> dict[str, dict[str, _FieldSpec]]:
-    return {s: _specs_of(_section_class(s)) for s in SECTIONS}
-
-
-# --------------------------------------------------------------------------------------------
-# Parsed dimensions
-
-
-def _fmt(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float):
-        return f"{v:g}"
-    return str(v)
-
-
-@dataclass(frozen=True)
-class Condition:
-    """`key op value`; key is qualified ("model.d_ff"); in/eq/ne compare, gt.. order."""
-
-    key: str
-    op: str
-    value: Any
-
-    def holds(self, actual: Any) -> bool:
-        try:
-            if self.op == "eq":
-                return actual == self.value and isinstance(actual, bool) == isinstance(
-                    self.value, bool)
-            if self.op == "ne":
-                return not Condition(self.key, "eq", self.value).holds(actual)
-            if self.op == "in":
-                return any(Condition(self.key, "eq", v).holds(actual) for v in self.value)
-            if actual is None or isinstance(actual, bool):
-                return False
-            return {"gt": actual > self.value, "ge": actual >= self.value,
-                    "lt": actual < self.value, "le": actual <= self.value}[self.op]
-        except TypeError:
-            return False
-
-    def __str__(self) -> str:
-        if self.op == "in":
-            return f"{self.key} in {{{', '.join(_fmt(v) for v in self.value)}}}"
-        return f"{self.key} {_OP_TEXT[self.op]} {_fmt(self.value)}"
-
-
-@dataclass(frozen=True)
-class Param:
-    """One key of a space: a fixed value or a sampled dimension, maybe conditional."""
-
-    section: str
-    field: str
-    kind: str  # "fixed" | "choice" | "int" | "float"
-    value: Any = None  # fixed
-    choices: tuple = ()  # choice
-    low: float | int | None = None  # int / float
-    high: float | int | None = None
-    step: int = 1  # int
-    log: bool = False  # int / float
-    when: tuple[Condition, ...] = ()
-    as_float: bool = False  # an int range on a float field: the sampled int becomes a float
-
-    @property
-    def name(self) -> str:
-        """Qualified name, also the Optuna parameter name: "model.d_model"."""
-        return f"{self.section}.{self.field}"
-
-    @property
-    def sampled(self) -> bool:
-        return self.kind != "fixed"
-
-    def describe(self) -> str:
-        if self.kind == "fixed":
-            text = f"{self.name} = {_fmt(self.value)}"
-        elif self.kind == "choice":
-            text = f"{self.name} ∈ {{{', '.join(_fmt(c) for c in self.choices)}}}"
-        elif self.kind == "int":
-            if self.step > 1:
-                rng = f"{{{self.low}, {self.low + self.step}, …, {self.high}}}"
-            else:
-                rng = f"{{{self.low}..{self.high}}}"
-            text = f"{self.name} ∈ {rng}" + (" log" if self.log else "")
-        else:
-            text = f"{self.name} ∈ [{_fmt(self.low)}, {_fmt(self.high)}]" + (
-                " log" if self.log else "")
-        if self.when:
-            text += "  if " + " and ".join(str(c) for c in self.when)
-        return text
-
-
-# --------------------------------------------------------------------------------------------
-# The parsed file
-
 
 @dataclass
 class SpaceFile:
@@ -229,6 +89,7 @@ class SpaceFile:
     description: str
     path: Path
     params: list[Param] = field(default_factory=list)
+    start: list[dict[str, Any]] = field(default_factory=list)  # points Optuna tries first
 
     @property
     def searched(self) -> list[Param]:
@@ -241,7 +102,7 @@ class SpaceFile:
         Builds a TrainConfig and a Format; a ModelConfig too when vocab_size and n_ctx are
         given (that imports torch through arithsweep.core.model); checks keys and types.
         """
-        specs = _field_specs()
+        specs = field_specs()
         extra = sorted(set(cfg) - set(SECTIONS))
         if extra:
             raise ConfigError(f"search space {self.name}: sample has unknown section(s) "
@@ -251,12 +112,12 @@ class SpaceFile:
                 spec = specs[section].get(key)
                 if spec is None:
                     raise ConfigError(f"search space {self.name}: {section}.{key}: not a field")
-                if not _type_ok(value, spec):
+                if not type_ok(value, spec):
                     raise ConfigError(f"search space {self.name}: {section}.{key}={value!r}: "
                                       f"expected {spec.type_text()}")
         try:
             for section in ("train", "format"):
-                _section_class(section)(**dict(cfg.get(section, {})))
+                section_class(section)(**dict(cfg.get(section, {})))
             if vocab_size is not None and n_ctx is not None:
                 from arithsweep.core.config import ModelConfig
                 ModelConfig(vocab_size=vocab_size, n_ctx=n_ctx, **dict(cfg.get("model", {})))
@@ -269,7 +130,7 @@ def effective_value(sample: Mapping[str, Mapping[str, Any]], key: str) -> Any:
     section, _, name = key.partition(".")
     if name in sample.get(section, {}):
         return sample[section][name]
-    spec = _field_specs()[section].get(name)
+    spec = field_specs()[section].get(name)
     return None if spec is None else spec.default
 
 
@@ -334,7 +195,7 @@ def parse_space_file(text: str, path: str | Path = "<string>") -> SpaceFile:
         raise fail("description", "must be a string")
     description = " ".join(description.split())
 
-    specs = _field_specs()
+    specs = field_specs()
     params: list[Param] = []
     defined: dict[str, Param] = {}
     for section in (k for k in doc if k in SECTIONS):
@@ -360,7 +221,32 @@ def parse_space_file(text: str, path: str | Path = "<string>") -> SpaceFile:
             param = _parse_param(section, fname, value, spec, defined, fail)
             params.append(param)
             defined[param.name] = param
-    return SpaceFile(name=name, description=description, path=path, params=params)
+    start = _parse_start(doc.get("start"), defined, fail)
+    return SpaceFile(name=name, description=description, path=path, params=params, start=start)
+
+
+def _parse_start(body: Any, defined: dict[str, Param],
+                 fail: Callable[[str | None, str], ConfigError]) -> list[dict[str, Any]]:
+    """`start:` - points Optuna tries first (a list of `{section.field: value}` mappings over
+    searched keys; unnamed keys are sampled). A good known point gives the search an early
+    incumbent, so that every later proposal must be smaller."""
+    if body is None:
+        return []
+    if not isinstance(body, list) or not all(isinstance(x, dict) for x in body):
+        raise fail("start", "must be a list of mappings {section.field: value}")
+    out = []
+    for i, point in enumerate(body):
+        for key, value in point.items():
+            p = defined.get(str(key))
+            if p is None or not p.sampled:
+                raise fail(f"start[{i}].{key}", "not a searched key of this space")
+            ok = (value in p.choices if p.kind == "choice" else
+                  isinstance(value, (int, float)) and not isinstance(value, bool)
+                  and p.low <= value <= p.high)
+            if not ok:
+                raise fail(f"start[{i}].{key}", f"{fmt_value(value)!r} is outside {p.describe()}")
+        out.append({str(k): v for k, v in point.items()})
+    return out
 
 
 def _format_words(text: str, fail: Callable[[str | None, str], ConfigError]) -> dict[str, Any]:
@@ -372,29 +258,7 @@ def _format_words(text: str, fail: Callable[[str | None, str], ConfigError]) -> 
         raise fail("format", str(e)) from None
 
 
-def _type_ok(v: Any, spec: _FieldSpec) -> bool:
-    if isinstance(v, bool):
-        return bool in spec.types
-    if isinstance(v, int):
-        return int in spec.types or float in spec.types
-    if isinstance(v, float):
-        return float in spec.types and math.isfinite(v)
-    if isinstance(v, str):
-        return str in spec.types
-    if v is None:
-        return type(None) in spec.types
-    return False
-
-
-def _coerce(v: Any, spec: _FieldSpec) -> Any:
-    """Whole numbers given for a float-only field become floats (0 -> 0.0)."""
-    if (isinstance(v, int) and not isinstance(v, bool) and int not in spec.types
-            and float in spec.types):
-        return float(v)
-    return v
-
-
-def _parse_param(section: str, fname: str, value: Any, spec: _FieldSpec,
+def _parse_param(section: str, fname: str, value: Any, spec: FieldSpec,
                  defined: dict[str, Param], fail: Callable[[str | None, str], ConfigError]
                  ) -> Param:
     key = f"{section}.{fname}"
@@ -403,10 +267,10 @@ def _parse_param(section: str, fname: str, value: Any, spec: _FieldSpec,
     def check_value(v: Any, what: str) -> Any:
         if not isinstance(v, _SCALAR):
             raise fail(key, f"{what} {v!r} must be a scalar")
-        if not _type_ok(v, spec):
-            got = "null" if v is None else f"{_fmt(v)!r} ({type(v).__name__})"
+        if not type_ok(v, spec):
+            got = "null" if v is None else f"{fmt_value(v)!r} ({type(v).__name__})"
             raise fail(key, f"{what} {got} does not fit the field type {expected}")
-        return _coerce(v, spec)
+        return coerce(v, spec)
 
     if not isinstance(value, dict):
         if isinstance(value, list):
@@ -479,7 +343,7 @@ def _parse_param(section: str, fname: str, value: Any, spec: _FieldSpec,
 def _check_accepted(section: str, fname: str, values: list[Any], key: str,
                     fail: Callable[[str | None, str], ConfigError]) -> None:
     """Catch typos in string values (pos: rpe) by building the dataclass with just that field."""
-    cls = _section_class(section)
+    cls = section_class(section)
     base = {"vocab_size": 12, "n_ctx": 11} if section == "model" else {}
     for v in values:
         if not isinstance(v, str):
@@ -526,8 +390,8 @@ def _parse_when(section: str, key: str, when: Any, defined: dict[str, Param],
                     raise fail(key, f"when {ref}: {op} needs a number, got {x!r}")
                 if (op not in _ORDER_OPS and target.kind == "choice"
                         and not any(Condition(qual, "eq", c).holds(x) for c in target.choices)):
-                    raise fail(key, f"when {ref}: {_fmt(x)!r} is not one of its choices "
-                                    f"{{{', '.join(_fmt(c) for c in target.choices)}}}")
+                    raise fail(key, f"when {ref}: {fmt_value(x)!r} is not one of its choices "
+                                    f"{{{', '.join(fmt_value(c) for c in target.choices)}}}")
             if op in _ORDER_OPS and target.kind == "choice" and not all(
                     isinstance(c, (int, float)) and not isinstance(c, bool)
                     for c in target.choices):

@@ -177,4 +177,5 @@ def load_space(name_or_path: str | Path) -> Space:
 def parse_space(text: str, path: str | Path = "<string>") -> Space:
     """Parse and validate the YAML text of a space; every problem is one ConfigError."""
     f = parse_space_file(text, path)
-    return Space(name=f.name, description=f.description, path=f.path, params=f.params)
+    return Space(name=f.name, description=f.description, path=f.path, params=f.params,
+                 start=f.start)

@@ -1,0 +1,109 @@
+"""The settings of one search and the summary it returns, as validated dataclasses.
+
+`SearchOptions` is what `arithsweep search` (or a Python caller) asks for; `SearchSummary` is
+what `run_search` returns and writes to `summary.json`. Torch-free and Ray-free.
+
+    python -c "from arithsweep.search.options import SearchOptions; print(SearchOptions('add3'))"
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from arithsweep.core.errors import ConfigError
+
+
+@dataclass
+class SearchOptions:
+    task: str | None = None  # required for a new search; taken from search.json on resume
+    target: float | None = None  # exact match to reach, in (0, 1]; default 0.99
+    space: str = "tiny"  # shipped space name or path to a YAML file
+    trials: int = 20  # total trials (on resume: the new total, counting the earlier ones)
+    concurrency: int | None = None  # max trials at once; default: as many as resources allow
+    cpus_per_trial: float = 1.0
+    gpus_per_trial: float | None = None  # fractions allowed; default 1 if the cluster has GPUs
+    time_budget: float = 0.0  # seconds for the whole search (0 = none)
+    trial_time_budget: float = 0.0  # seconds per trial, overrides the space (0 = the space's)
+    trial_steps: int = 0  # steps per trial, overrides the space (0 = the space's)
+    # A trial stops early once a seed reaches train_target (default: target) on its held-out
+    # eval sample (train.eval_size); a bit above target leaves room for full verification.
+    train_target: float | None = None
+    address: str | None = None  # None: new local Ray; "auto" or "HOST:PORT": join a cluster
+    num_cpus: int | None = None  # CPUs of a new local Ray instance (default: all)
+    name: str | None = None  # default: <task>-<timestamp>
+    resume: str | None = None  # name of a search to continue
+    root: str | None = None  # default: <cwd>/searches
+    mlflow_uri: str | None = None  # default: sqlite:///<root>/mlflow.db
+    n_verify: int = 3  # best feasible trials to verify at the end
+    seed: int = 0  # Optuna sampler seed and base training seed
+    # --max-params: proposals above this are never trained (the search's bound from the start)
+    max_params: int | None = None
+    # --frontier: train every size to draw the params/accuracy trade-off; the incumbent does
+    # not bound proposals (max_params still does)
+    frontier: bool = False
+    patience: int = 8  # evaluations without progress on its own curve before a trial stops
+    extra_rounds: int = 1  # rounds a near miss earns (each: twice the seeds and the steps)
+    near_miss: float = 0.25  # a round within this of the target is a near miss
+    max_failures: int = 0  # retries of a crashed trial (0: record it failed and go on)
+    fail_when: dict | None = None  # testing only: raise in trials whose config matches
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, what: str) -> None:
+            if not ok:
+                raise ConfigError(f"search: {what}")
+
+        need(self.task is not None or self.resume is not None,
+             "--task is required for a new search (or --resume NAME)")
+        for f in ("target", "train_target"):
+            v = getattr(self, f)
+            need(v is None or (isinstance(v, (int, float)) and 0 < v <= 1),
+                 f"{f}={v!r}: must be in (0, 1]")
+        for f, lo in (("trials", 1), ("concurrency", 1), ("trial_steps", 0), ("num_cpus", 1),
+                      ("n_verify", 0), ("patience", 1), ("extra_rounds", 0),
+                      ("max_failures", 0), ("max_params", 1)):
+            v = getattr(self, f)
+            need(v is None and f in ("concurrency", "num_cpus", "max_params") or (
+                isinstance(v, int) and not isinstance(v, bool) and v >= lo),
+                f"{f}={v!r}: must be a whole number >= {lo}")
+        for f in ("cpus_per_trial", "gpus_per_trial", "time_budget", "trial_time_budget"):
+            v = getattr(self, f)
+            need(v is None and f == "gpus_per_trial" or (
+                isinstance(v, (int, float)) and (v > 0 if f == "cpus_per_trial" else v >= 0)),
+                f"{f}={v!r}: must be " + ("> 0" if f == "cpus_per_trial" else ">= 0"))
+        for f in ("name", "resume"):
+            v = getattr(self, f)
+            need(v is None or (v and "/" not in v and v not in (".", "..")),
+                 f"{f}={v!r}: must be a plain directory name")
+        need(isinstance(self.near_miss, (int, float)) and 0 <= self.near_miss <= 1,
+             f"near_miss={self.near_miss!r}: must be in [0, 1]")
+        need(not (self.name and self.resume and self.name != self.resume),
+             "give either --name (new search) or --resume (existing one), not both")
+
+
+@dataclass
+class SearchSummary:
+    name: str
+    dir: str
+    task: str
+    target: float
+    n_trials: int
+    n_feasible: int
+    n_errored: int
+    best: dict | None  # params, exact_match, trial_id, entry_id, verified_em, checkpoint
+    frontier: list[tuple[int, float]]  # Pareto points (params, best exact match)
+    verified: list[dict]
+    skipped: list[dict]  # proposals told to Optuna untrained: at or above the bound
+    incumbent: int | None  # smallest verified parameter count
+    trained_above_incumbent: list[str]  # trial ids started at or above an existing incumbent
+    architectures: list[dict]  # per architecture: seeds that reached the target / trained
+    plot: str | None
+    mlflow_uri: str
+    mlflow_experiment_id: str
+    study_storage: str
+    study_name: str
+    trials: list[dict] = field(default_factory=list)
+    wall_time: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,101 @@
+"""What a finished search's trials did, read back on the driver as plain dicts.
+
+`trial_rows` turns Tune's ResultGrid into one dict per trial (size, best exact match, why it
+stopped, seeds that reached the target out of seeds trained, its best checkpoint);
+`architecture_rates` groups them by architecture into success rates; `close_unreported`
+fails the Optuna trials and MLflow runs that the search deadline cut off unreported.
+Not run directly; `arithsweep.search.driver` calls them when the fit is over.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from arithsweep.search import tracking
+from arithsweep.search.trial import CONST_KEY
+
+
+def trial_rows(results: Any, target: float,
+               stop_reasons: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Driver side: what each trial reported, read back from Tune's ResultGrid as plain dicts
+    (the last result carries the trial's running best_em; the kept checkpoint is its best)."""
+    rows = []
+    for r in results:
+        m, errored = r.metrics or {}, r.error is not None
+        best_em = float(m.get("best_em", 0.0) or 0.0)
+        ckpt = os.path.join(r.checkpoint.path, "best") if r.checkpoint is not None else None
+        rows.append({
+            # a trial that died before its first report has no trial_id: use its directory
+            "trial_id": m.get("trial_id") or os.path.basename(r.path).removeprefix("trial_"),
+            "params": int(m.get("params", 0) or 0), "best_em": best_em, "step": m.get("step"),
+            "errored": errored, "invalid_config": bool(m.get("invalid_config")),
+            "error": str(r.error).strip().splitlines()[-1][:300] if errored else None,
+            "feasible": not errored and best_em >= target and ckpt is not None,
+            "checkpoint": ckpt, "path": r.path,
+            "config": {k: v for k, v in (r.config or {}).items() if k != CONST_KEY},
+            "architecture": _architecture(r.config or {}),
+            "stop_reason": _stop_reason(m, errored, (stop_reasons or {}).get(
+                m.get("trial_id") or os.path.basename(r.path).removeprefix("trial_"))),
+            "rounds": int(m.get("rounds", 1) or 1),
+            "seeds_trained": int(m.get("seeds_trained", 0) or 0),
+            "seeds_reached": int(m.get("seeds_reached", 0) or 0)})
+    return rows
+
+
+def _stop_reason(m: dict[str, Any], errored: bool, driver_reason: str | None) -> str:
+    """Why a trial ended: its own last report, else the driver's stopper, else the deadline."""
+    if errored:
+        return "error"
+    return m.get("stop_reason") or driver_reason or "search deadline"
+
+
+def _architecture(config: dict[str, Any]) -> str:
+    from arithsweep.search.trial import build_trial
+
+    try:
+        return build_trial(config).model_cfg.summary()
+    except Exception:
+        return "invalid config"
+
+
+def architecture_rates(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per architecture (and format): trials, seeds that reached the target out of seeds
+    trained, and the smallest size; the success rate is what reproducing it costs."""
+    out: dict[tuple, dict[str, Any]] = {}
+    for r in rows:
+        if r["errored"] or r["invalid_config"] or not r.get("seeds_trained"):
+            continue
+        fmt = {k: v for k, v in r["config"].items() if k.startswith("format.")}
+        key = (r["architecture"], r["params"], tuple(sorted(fmt.items())))
+        a = out.setdefault(key, {"architecture": r["architecture"], "params": r["params"],
+                                 "trials": 0, "seeds_trained": 0, "seeds_reached": 0})
+        a["trials"] += 1
+        a["seeds_trained"] += r["seeds_trained"]
+        a["seeds_reached"] += r["seeds_reached"]
+    return sorted(out.values(), key=lambda a: (a["params"], a["architecture"]))
+
+
+def close_unreported(rows: list[dict], optuna_url: str, name: str, mlflow_uri: str,
+                     experiment_id: str) -> None:
+    """Driver side: trials the search deadline cut off are not always told to the searcher by
+    Tune (never before their first report, and under load not even after one): fail every
+    Optuna trial of this run still RUNNING once the fit is over, and close its MLflow run."""
+    import optuna
+
+    ours = {r["trial_id"] for r in rows if not r["errored"]}
+    if not ours:
+        return
+    study = optuna.load_study(study_name=name, storage=optuna_url)
+    silent = set()
+    for t in study.get_trials(states=(optuna.trial.TrialState.RUNNING,)):
+        if t.user_attrs.get("tune_trial_id") in ours:
+            study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+            silent.add(t.user_attrs["tune_trial_id"])
+    if not silent:
+        return
+    client = tracking.mlflow_client(mlflow_uri)
+    runs = tracking.mlflow_trial_runs(mlflow_uri, experiment_id, name)
+    for trial_id in silent & set(runs):
+        if client.get_run(runs[trial_id]).info.status == "RUNNING":
+            client.set_terminated(runs[trial_id], "KILLED")

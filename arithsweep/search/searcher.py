@@ -1,0 +1,164 @@
+"""The searcher: Optuna proposes, and only proposals that could still win are trained.
+
+`ConstrainedOptunaSearch` is Ray's OptunaSearch minimising unique parameters subject to best
+exact match >= target. Because a proposal's parameter count is known from its config before
+anything trains, a proposal at or above the search's bound (the smallest *verified* model so
+far, or `--max-params`) is told to Optuna at once, as an infeasible trial of that size, so the
+sampler learns the region is useless, and it costs no trial time. `BudgetedSearchGenerator`
+lets a resumed search ask for more trials than the first launch did.
+
+Both are pickled by Tune into the experiment state (keep them in this importable module, or a
+resume cannot unpickle them); run-time settings come from `arithsweep.search.run_settings`.
+Not run directly; `arithsweep.search.driver.run_search` wires them together.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+
+import optuna
+from ray.tune.search import ConcurrencyLimiter, Searcher, SearchGenerator
+from ray.tune.search.optuna import OptunaSearch
+
+from arithsweep.search import run_settings
+
+log = logging.getLogger(__name__)
+
+CONSTRAINT = "exact_match"  # Optuna constraint name: target - best_em, feasible when <= 0
+TRIAL_NUMBER = "trial_number"  # key added to each trial config: the Optuna trial number
+MAX_SKIPS = 200  # proposals in a row above the bound before the space counts as exhausted
+
+
+class ConstrainedOptunaSearch(OptunaSearch):
+    """OptunaSearch minimising `params` subject to best exact match >= target.
+
+    OptunaSearch has no constraint argument (and Optuna 5 deprecates `constraints_func`), so
+    the constraint is written onto the Optuna trial with `Trial.set_constraint` just before
+    the trial is told; `study.best_trial` is then the smallest *feasible* trial and TPE ranks
+    infeasible trials below every feasible one. Errored trials are marked infeasible too.
+    `sizer(config)` gives a proposal's unique parameter count (0 if the config is invalid).
+    """
+
+    def __init__(self, space: Callable, target: float, study_name: str, storage_url: str,
+                 sizer: Callable[[dict], int], seed: int | None = None,
+                 start: list[dict] | None = None) -> None:
+        self._target = float(target)
+        self._name = study_name
+        self._sizer = sizer
+        self._last: dict[str, dict[str, float]] = {}  # tune trial id -> latest params/best_em
+        storage = optuna.storages.RDBStorage(
+            storage_url, engine_kwargs={"connect_args": {"timeout": 60}})
+        super().__init__(space=space, metric="params", mode="min", study_name=study_name,
+                         storage=storage, seed=seed)
+        if start and not self._ot_study.trials:  # a new study tries the space's start points
+            for point in start:
+                self._ot_study.enqueue_trial(point, skip_if_exists=True)
+
+    def suggest(self, trial_id: str) -> dict | None:
+        state = run_settings.state_of(self._name)
+        for _ in range(MAX_SKIPS):
+            config = super().suggest(trial_id)
+            ot_trial = self._ot_trials.get(trial_id)
+            if ot_trial is None or not isinstance(config, dict):
+                return config
+            params = int(self._sizer(config))
+            bound = state.bound() if state is not None else math.inf
+            if params and params >= bound:
+                self._skip(trial_id, ot_trial, config, params, state)
+                continue
+            if "tune_trial_id" not in ot_trial.user_attrs:
+                ot_trial.set_user_attr("tune_trial_id", trial_id)
+            ot_trial.set_user_attr("params", params)
+            # The study-wide trial number lets the trainable give every trial its own seeds,
+            # so a configuration TPE proposes twice is a new sample, not a rerun.
+            return {**config, TRIAL_NUMBER: ot_trial.number}
+        log.warning("search %s: %d proposals in a row were at or above the bound; stopping",
+                    self._name, MAX_SKIPS)
+        return Searcher.FINISHED
+
+    def _skip(self, trial_id, ot_trial, config, params, state) -> None:
+        """Tell Optuna a proposal that cannot win without training it."""
+        self._ot_trials.pop(trial_id, None)
+        try:
+            ot_trial.set_user_attr("skipped", True)
+            ot_trial.set_user_attr("params", params)
+            ot_trial.set_constraint(CONSTRAINT, self._target)  # as if it scored 0
+            self._ot_study.tell(ot_trial, params)
+        except Exception as exc:  # a storage hiccup must not end the search
+            log.warning("could not tell skipped proposal %s: %s", ot_trial.number, exc)
+        if state is not None:
+            item = {"number": ot_trial.number, "params": params, "bound": state.bound(),
+                    "config": {k: v for k, v in config.items() if k != TRIAL_NUMBER}}
+            state.skipped.append(item)
+            run_settings.emit(self._name, {"event": "skipped", "trial_id": f"#{ot_trial.number}",
+                                           "status": "skipped", "params": params})
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        # Remember the latest numbers: an errored trial's completion carries no result.
+        self._last[trial_id] = {k: result[k] for k in ("params", "best_em", "invalid_config")
+                                if k in result}
+        super().on_trial_result(trial_id, result)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None,
+                          error: bool = False) -> None:
+        ot_trial = self._ot_trials.get(trial_id)
+        if ot_trial is not None and trial_id not in self._completed_trials:
+            seen = {**self._last.get(trial_id, {}), **(result or {})}
+            best_em = float(seen.get("best_em", 0.0) or 0.0)
+            if math.isnan(best_em):
+                best_em = 0.0
+            violation = self._target - best_em
+            if error:  # infeasible whatever it reached before it died
+                violation = max(violation, 1e-9)
+            if seen.get("invalid_config"):
+                # Worse than any trained trial: TPE ranks infeasible trials by violation.
+                violation = self._target + 1.0
+            try:
+                ot_trial.set_constraint(CONSTRAINT, violation)
+                ot_trial.set_user_attr("best_em", best_em)
+                ot_trial.set_user_attr("errored", bool(error))
+            except Exception as exc:  # a storage hiccup must not end the search
+                log.warning("could not set the constraint of %s: %s", trial_id, exc)
+        super().on_trial_complete(trial_id, result=result, error=error)
+        self._last.pop(trial_id, None)
+
+    def restore(self, checkpoint_path: str) -> None:
+        super().restore(checkpoint_path)
+        # A search killed between Optuna's ask() and Tune's next state save leaves RUNNING
+        # Optuna trials that no Tune trial owns; fail them so the study stays truthful.
+        owned = {t.number for t in self._ot_trials.values()}
+        for frozen in self._ot_study.get_trials(deepcopy=False,
+                                                states=(optuna.trial.TrialState.RUNNING,)):
+            if frozen.number not in owned:
+                try:
+                    self._ot_study.tell(frozen.number, state=optuna.trial.TrialState.FAIL)
+                except Exception as exc:
+                    log.warning("could not fail orphaned Optuna trial %s: %s",
+                                frozen.number, exc)
+
+
+class BudgetedSearchGenerator(SearchGenerator):
+    """A SearchGenerator whose trial count and deadline come from the driver registry.
+
+    Tune restores `total_samples` from the experiment state, so a plain restore can never run
+    more trials than the first launch asked for; here `set_state` re-reads the count that the
+    current `run_search` call registered, which is what makes `resume` with more trials work.
+    The concurrency limit is applied here (ConcurrencyLimiter) instead of via
+    `TuneConfig.max_concurrent_trials`, which Tune ignores for a ready-made SearchGenerator.
+    """
+
+    def __init__(self, searcher: ConstrainedOptunaSearch, name: str, max_concurrent: int):
+        super().__init__(ConcurrencyLimiter(searcher, max_concurrent=max_concurrent))
+        self._name = name
+
+    def set_state(self, state: dict) -> None:
+        super().set_state(state)
+        s = run_settings.state_of(self._name)
+        if s is not None:
+            self._total_samples = int(s.trials)
+            self._finished = False
+
+    def is_finished(self) -> bool:
+        return super().is_finished() or run_settings.past_deadline(self._name)

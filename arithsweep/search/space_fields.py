@@ -1,0 +1,191 @@
+"""What a search space may set, and one parsed dimension of it (`Param`, `Condition`).
+
+A space file names `model.*` (ModelConfig), `train.*` (TrainConfig) and `format.*` (Format)
+fields; this module reads those dataclasses once (lazily: `arithsweep.core.model` imports
+torch, `config` and `tasks` stay light) and answers "is this value of the right type for that
+field, and what is its default?" for the parser in `arithsweep.search.space_file`.
+
+    python -c "from arithsweep.search.space_fields import field_specs; \\
+        print(field_specs()['train']['lr'])"
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+SECTIONS = ("model", "train", "format")
+_OP_TEXT = {"eq": "=", "ne": "!=", "gt": ">", "ge": ">=", "lt": "<", "le": "<=", "in": "in"}
+
+
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    types: frozenset[type]  # subset of {bool, int, float, str, NoneType}
+    default: Any
+
+    def type_text(self) -> str:
+        order = (bool, int, float, str, type(None))
+        return " | ".join("null" if t is type(None) else t.__name__
+                          for t in order if t in self.types)
+
+
+_TYPE_NAMES = {"bool": bool, "int": int, "float": float, "str": str, "None": type(None),
+               "NoneType": type(None)}
+
+
+def _types_of(annotation: Any) -> frozenset[type]:
+    """`int | None` (a string under postponed annotations, or a real type) -> {int, NoneType}."""
+    if isinstance(annotation, str):
+        text = re.sub(r"Optional\[(.*)\]", r"\1 | None", annotation)
+        parts = [p.strip() for p in text.split("|")]
+        return frozenset(_TYPE_NAMES[p] for p in parts if p in _TYPE_NAMES)
+    if isinstance(annotation, type):
+        return frozenset({annotation})
+    return frozenset(t for t in getattr(annotation, "__args__", ()) if t in _TYPE_NAMES.values())
+
+
+def _specs_of(cls: type) -> dict[str, FieldSpec]:
+    out = {}
+    for f in dataclasses.fields(cls):
+        default = f.default
+        if default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        out[f.name] = FieldSpec(_types_of(f.type), default)
+    return out
+
+
+def section_class(section: str) -> type:
+    if section == "model":
+        from arithsweep.core.config import ModelConfig
+        return ModelConfig
+    if section == "train":
+        from arithsweep.core.config import TrainConfig
+        return TrainConfig
+    from arithsweep.core.tasks import Format
+    return Format
+
+
+@functools.lru_cache(maxsize=1)
+def field_specs() -> dict[str, dict[str, FieldSpec]]:
+    return {s: _specs_of(section_class(s)) for s in SECTIONS}
+
+
+
+def type_ok(v: Any, spec: FieldSpec) -> bool:
+    if isinstance(v, bool):
+        return bool in spec.types
+    if isinstance(v, int):
+        return int in spec.types or float in spec.types
+    if isinstance(v, float):
+        return float in spec.types and math.isfinite(v)
+    if isinstance(v, str):
+        return str in spec.types
+    if v is None:
+        return type(None) in spec.types
+    return False
+
+
+def coerce(v: Any, spec: FieldSpec) -> Any:
+    """Whole numbers given for a float-only field become floats (0 -> 0.0)."""
+    if (isinstance(v, int) and not isinstance(v, bool) and int not in spec.types
+            and float in spec.types):
+        return float(v)
+    return v
+
+
+# --------------------------------------------------------------------------------------------
+# Parsed dimensions
+
+
+def fmt_value(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
+@dataclass(frozen=True)
+class Condition:
+    """`key op value`; key is qualified ("model.d_ff"); in/eq/ne compare, gt.. order."""
+
+    key: str
+    op: str
+    value: Any
+
+    def holds(self, actual: Any) -> bool:
+        try:
+            if self.op == "eq":
+                return actual == self.value and isinstance(actual, bool) == isinstance(
+                    self.value, bool)
+            if self.op == "ne":
+                return not Condition(self.key, "eq", self.value).holds(actual)
+            if self.op == "in":
+                return any(Condition(self.key, "eq", v).holds(actual) for v in self.value)
+            if actual is None or isinstance(actual, bool):
+                return False
+            return {"gt": actual > self.value, "ge": actual >= self.value,
+                    "lt": actual < self.value, "le": actual <= self.value}[self.op]
+        except TypeError:
+            return False
+
+    def __str__(self) -> str:
+        if self.op == "in":
+            return f"{self.key} in {{{', '.join(fmt_value(v) for v in self.value)}}}"
+        return f"{self.key} {_OP_TEXT[self.op]} {fmt_value(self.value)}"
+
+
+@dataclass(frozen=True)
+class Param:
+    """One key of a space: a fixed value or a sampled dimension, maybe conditional."""
+
+    section: str
+    field: str
+    kind: str  # "fixed" | "choice" | "int" | "float"
+    value: Any = None  # fixed
+    choices: tuple = ()  # choice
+    low: float | int | None = None  # int / float
+    high: float | int | None = None
+    step: int = 1  # int
+    log: bool = False  # int / float
+    when: tuple[Condition, ...] = ()
+    as_float: bool = False  # an int range on a float field: the sampled int becomes a float
+
+    @property
+    def name(self) -> str:
+        """Qualified name, also the Optuna parameter name: "model.d_model"."""
+        return f"{self.section}.{self.field}"
+
+    @property
+    def sampled(self) -> bool:
+        return self.kind != "fixed"
+
+    def describe(self) -> str:
+        if self.kind == "fixed":
+            text = f"{self.name} = {fmt_value(self.value)}"
+        elif self.kind == "choice":
+            text = f"{self.name} ∈ {{{', '.join(fmt_value(c) for c in self.choices)}}}"
+        elif self.kind == "int":
+            if self.step > 1:
+                rng = f"{{{self.low}, {self.low + self.step}, …, {self.high}}}"
+            else:
+                rng = f"{{{self.low}..{self.high}}}"
+            text = f"{self.name} ∈ {rng}" + (" log" if self.log else "")
+        else:
+            text = f"{self.name} ∈ [{fmt_value(self.low)}, {fmt_value(self.high)}]" + (
+                " log" if self.log else "")
+        if self.when:
+            text += "  if " + " and ".join(str(c) for c in self.when)
+        return text
+
+
+# --------------------------------------------------------------------------------------------
+# The parsed file

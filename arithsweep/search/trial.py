@@ -1,0 +1,129 @@
+"""From a sampled trial config to validated configs, a size and a seed block; driver or worker.
+
+Ray hands a trial the flat config OptunaSearch sampled ({"model.d_model": 8, "train.lr": 0.004,
+...}) plus the search's constants under the "arithsweep" key of the Tuner's param_space. This
+module turns that into a Task, ModelConfig and TrainConfig (`build_trial`), tells the searcher
+how many unique parameters a proposal has before anything trains (`ProposalSizer`, picklable)
+and lists a trial's MLflow params (`describe_trial`).
+
+    python -c "from arithsweep.search.trial import build_trial; \\
+        print(build_trial({'model.d_model': 8, 'arithsweep': {'task': 'add2', 'target': 0.9}}))"
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from arithsweep.core.errors import ConfigError
+
+CONST_KEY = "arithsweep"  # param_space key holding the search's constants (task, target, …)
+# Every Optuna trial n trains seeds from its own block [seed + n*SEED_BLOCK, +SEED_BLOCK), so
+# no two trials share a seed however many seeds and rounds each one trains.
+SEED_BLOCK = 1 << 20
+
+
+@dataclass
+class TrialSetup:
+    task: Any  # arithsweep.core.tasks.Task
+    model_cfg: Any  # arithsweep.core.config.ModelConfig
+    train_cfg: Any  # arithsweep.core.config.TrainConfig
+    params: int
+
+
+def trial_sections(config: dict[str, Any]) -> tuple[dict, dict, dict, dict]:
+    """Split a trial config into (model, train, format, constants) plain dicts."""
+    from arithsweep.search.spaces import config_from_tune
+
+    nested = config_from_tune({k: v for k, v in config.items() if k != CONST_KEY})
+    return (dict(nested["model"]), dict(nested["train"]), dict(nested["format"]),
+            dict(config.get(CONST_KEY, {})))
+
+
+def seed_block(const: dict[str, Any], trial_number: int) -> int:
+    return int(const.get("seed", 0)) + SEED_BLOCK * int(trial_number)
+
+
+def build_trial(config: dict[str, Any]) -> TrialSetup:
+    """Build and validate the trial's task and configs; ConfigError if the sample is invalid.
+
+    The search's constants override the sampled train config where the search must decide:
+    the early-stop target (the search's target, or train_target above it), the device (from
+    the trial's GPU share), the per-trial step / time budgets when the user gave them, and the
+    seeds (a block of its own per Optuna trial unless the space fixes train.seed).
+    """
+    from arithsweep.core.config import TrainConfig
+    from arithsweep.core.model import ModelConfig, count_params
+    from arithsweep.core.tasks import Format, get_task
+
+    model, train, fmt, const = trial_sections(config)
+    task = get_task(const["task"], Format(**fmt))
+    model_cfg = ModelConfig.from_dict({**model, "vocab_size": task.vocab_size,
+                                       "n_ctx": task.n_ctx})
+    train = {**train, "target": float(const.get("train_target") or const["target"])}
+    if const.get("device") and "device" not in train:
+        train["device"] = const["device"]
+    for key in ("steps", "time_budget"):
+        if const.get(key):
+            train[key] = const[key]
+    if "seed" not in train:
+        train["seed"] = seed_block(const, int(config.get("trial_number", 0)))
+    train_cfg = TrainConfig.from_dict(train)
+    if train_cfg.seeds * (1 + int(const.get("extra_rounds", 0) or 0)) * 2 > SEED_BLOCK:
+        raise ConfigError(f"train.seeds={train_cfg.seeds}: too many seeds for one trial")
+    return TrialSetup(task, model_cfg, train_cfg, count_params(model_cfg))
+
+
+class ProposalSizer:
+    """Unique parameters of a proposal's model, from its config alone (0 if invalid).
+
+    The searcher calls it on every proposal before anything trains, so that proposals that
+    cannot beat the incumbent are never trained. Picklable: Tune saves it with the searcher.
+    """
+
+    def __init__(self, const: dict[str, Any]) -> None:
+        self.const = dict(const)
+        self._cache: dict[tuple, int] = {}
+
+    def __call__(self, config: dict[str, Any]) -> int:
+        from arithsweep.core.model import ModelConfig, count_params
+        from arithsweep.core.tasks import Format, get_task
+
+        model, _, fmt, _ = trial_sections({k: v for k, v in config.items() if k != CONST_KEY})
+        key = (tuple(sorted(model.items())), tuple(sorted(fmt.items())))
+        if key not in self._cache:
+            try:
+                task = get_task(self.const["task"], Format(**fmt))
+                self._cache[key] = int(count_params(ModelConfig.from_dict(
+                    {**model, "vocab_size": task.vocab_size, "n_ctx": task.n_ctx})))
+            except (ConfigError, TypeError, ValueError):
+                self._cache[key] = 0
+        return self._cache[key]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"const": self.const, "_cache": {}}
+
+
+def describe_trial(config: dict[str, Any]) -> dict[str, str]:
+    """MLflow params of a trial (driver side): the full resolved model.*, train.* and format.*
+    configs (defaults included) plus task, target, space and unique params; if the sample is
+    invalid, its raw sampled keys instead."""
+    const = dict(config.get(CONST_KEY, {}))
+    out = {k: str(const.get(k)) for k in ("task", "target", "space", "search")}
+    try:
+        setup = build_trial(config)
+    except Exception:
+        return {**out, **{k: str(v) for k, v in config.items() if k != CONST_KEY}}
+    out["format"] = setup.task.fmt.name
+    out["params"] = str(setup.params)
+    out["architecture"] = setup.model_cfg.summary()
+    for prefix, d in (("model", setup.model_cfg.to_dict()), ("train", setup.train_cfg.to_dict()),
+                      ("format", vars(setup.task.fmt))):
+        out.update({f"{prefix}.{k}": str(v)[:6000] for k, v in d.items()})
+    return out
+
+
+def params_if_possible(config: dict[str, Any]) -> int:
+    """Unique params of the sampled model if the model part alone is valid, else 0."""
+    const = dict(config.get(CONST_KEY, {}))
+    return ProposalSizer(const)(config) if const.get("task") else 0
