@@ -13,29 +13,15 @@ import json
 import re
 import shlex
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
-from test_report import make_report  # tests/ is on sys.path (pytest's rootdir import mode)
+from test_cli import run  # tests/ is on sys.path (pytest's rootdir import mode)
+from test_report import make_report
 
-from arithsweep.cli.app import main
 from arithsweep.core.errors import ArithsweepError
 from arithsweep.leaderboard import publish as pub
 from arithsweep.leaderboard.board import open_db
-
-
-def run(capsys, *args) -> tuple[int, str, str]:
-    old, sys.argv = sys.argv, ["arithsweep", *map(str, args)]
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    finally:
-        sys.argv = old
-    o, e = capsys.readouterr()
-    return code, o, e
 
 
 def sha_of(path: Path) -> str:
