@@ -4,8 +4,12 @@
 `get` return) into strings for `arithsweep leaderboard --json/--csv/--markdown` and `export`.
 `publish(rows, "leaderboard")` writes the folder a project commits to show its results:
 
-    leaderboard/LEADERBOARD.md                          generated; one table, then per entry the
-                                                        commands that retrain and re-verify it
+    leaderboard/LEADERBOARD.md                          generated; one table, per entry the
+                                                        commands that retrain and re-verify it,
+                                                        then a section per seed project
+                                                        (leaderboard/projects.py)
+    leaderboard/pictures/                               committed by hand (ood, inspect PNGs);
+                                                        linked from the project sections
     leaderboard/checkpoints/<task>-<params>-<sha8>/     model.safetensors + config.json, copied
                                                         and checked against the verified sha256
 
@@ -36,6 +40,7 @@ from typing import Any
 
 from arithsweep import __version__
 from arithsweep.core.errors import ArithsweepError
+from arithsweep.leaderboard.projects import project_sections
 
 # Columns of every human-facing table (markdown, Rich); `cells` renders one row.
 COLUMNS = ("rank", "task", "params", "exact match", "nines", "problems checked",
@@ -338,7 +343,10 @@ def publish(
         dest.parent.mkdir(parents=True, exist_ok=True)
         stage = Path(tempfile.mkdtemp(prefix=f".{dest.name}.publish-", dir=dest.parent))
         configs = [_copy_checkpoint(r, stage / CHECKPOINTS / n) for r, n in zip(rows, names)]
-        text = leaderboard_markdown(rows, configs, dest.as_posix(), extra_sections)
+        by_sha = {r.get("sha256"): c for r, c in zip(rows, configs)}
+        sections = project_sections(rows, dest, lambda r: seeds_reached(r, by_sha[r["sha256"]]))
+        text = leaderboard_markdown(rows, configs, dest.as_posix(),
+                                    sections + list(extra_sections or []))
         (stage / MARKDOWN).write_text(text, encoding="utf-8")
         dest.mkdir(exist_ok=True)
         _swap_in(stage, dest)
