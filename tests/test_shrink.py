@@ -1,0 +1,61 @@
+"""Shrink moves: one searched model key changed, always smaller, recipe kept."""
+
+from __future__ import annotations
+
+from arithsweep.search.shrink import _full_config, shrink_moves
+from arithsweep.search.spaces import load_space, parse_space
+from arithsweep.search.trial import ProposalSizer
+
+SPACE = """
+name: t
+description: test
+model:
+  n_layers: 1
+  d_model: {int: [3, 8]}
+  n_heads: 1
+  d_ff: {choice: [0, 4, 8, 12]}
+  activation: {choice: [relu, gelu], when: {d_ff: {gt: 0}}}
+  tie_kv: {choice: [false, true]}
+train:
+  lr: {float: [1.0e-3, 1.0e-2], log: true}
+"""
+
+
+def _size(space, sizer, point):
+    return sizer(_full_config(space, point))
+
+
+def test_every_move_changes_one_model_key_and_is_smaller():
+    space, sizer = parse_space(SPACE), ProposalSizer({"task": "add3"})
+    point = {"model.d_model": 6, "model.d_ff": 8, "model.activation": "gelu",
+             "model.tie_kv": False, "train.lr": 0.004}
+    moves = shrink_moves(space, point, sizer, limit=10)
+    base = _size(space, sizer, point)
+    assert moves
+    for m in moves:
+        changed = {k for k in point if m[k] != point[k]}
+        assert len(changed) == 1 and changed.pop().startswith("model.")
+        assert m["train.lr"] == 0.004  # the recipe that worked is kept
+        assert 0 < _size(space, sizer, m) < base
+    changed_to = {(k, m[k]) for m in moves for k in point if m[k] != point[k]}
+    # one rung down each ladder, never a jump to the bottom; d_ff 0 would drop activation
+    assert changed_to == {("model.d_model", 5), ("model.d_ff", 4), ("model.tie_kv", True)}
+
+
+def test_limit_keeps_the_boldest_first_then_a_spread():
+    space, sizer = load_space("tiny"), ProposalSizer({"task": "add3"})
+    point = space.start[0]
+    every = shrink_moves(space, point, sizer, limit=100)
+    picked = shrink_moves(space, point, sizer, limit=3)
+    sizes = [_size(space, sizer, m) for m in picked]
+    all_sizes = sorted(_size(space, sizer, m) for m in every)
+    assert len(picked) == 3 and sizes == sorted(sizes)
+    assert sizes[0] == all_sizes[0] and sizes[-1] == all_sizes[-1]
+
+
+def test_nothing_smaller_gives_no_moves():
+    space, sizer = parse_space(SPACE), ProposalSizer({"task": "add3"})
+    point = {"model.d_model": 3, "model.d_ff": 4, "model.activation": "relu",
+             "model.tie_kv": True, "train.lr": 0.004}
+    # d_ff 4 -> 0 would leave `activation` unreachable: not a valid one-key move
+    assert shrink_moves(space, point, sizer) == []
