@@ -56,7 +56,8 @@ def train_job(
     """
     bar = _progress(progress)
     handle = None
-    check = FullCheck(task, train_cfg.target)  # the stop rule the search uses too
+    # the stop rule the search uses too; on train_digits-long operands only, if capped
+    check = FullCheck(task, train_cfg.target, train_cfg.train_digits)
     what = check.what
 
     def full_check(r: TrainResult) -> float:

@@ -5,6 +5,9 @@
    examples/s, end to end (sampling, forward, backward, AdamW, the closing evaluation).
 2. Exact match: 10^6 add10 problems through the teacher-forced fast path on a ~760-parameter
    model, against greedy decoding on a sample.
+3. Population packing: P proposals (own lr / decay / warmup) x K seeds in one
+   `train_population` pack vs one `train()` per proposal, one after another, as proposals
+   trained per hour, on the add10 bench model and on a 244-parameter add3 model.
 
 Absolute numbers depend on the machine; the ratios are the point.
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -23,6 +27,7 @@ import torch
 from arithsweep.core.config import TrainConfig
 from arithsweep.core.evaluate import exact_match, greedy_decode
 from arithsweep.core.model import ArithTransformer, ModelConfig, count_params
+from arithsweep.core.population import train_population
 from arithsweep.core.tasks import get_task
 from arithsweep.core.train import resolve_device, train
 
@@ -67,7 +72,53 @@ def packing(task, cfg: ModelConfig, ks: tuple[int, ...], steps: int, device: str
     return rows
 
 
+def _proposals(p: int, k: int, steps: int, device: str) -> list[TrainConfig]:
+    # P proposals as a search makes them: one shape, each its own lr / decay / warmup / seeds
+    return [replace(_train_cfg(k, steps, j * k, device), lr=3e-3 * 10 ** (j / max(1, p - 1)),
+                    weight_decay=(0.0, 0.01, 0.1)[j % 3], warmup=5 + 5 * (j % 3))
+            for j in range(p)]
+
+
+def population(task, cfg: ModelConfig, p: int, k: int, steps: int, device: str,
+               log: Callable[[str], None] | None) -> dict[str, Any]:
+    """P proposals x K seeds in one pack (train_population) vs one proposal per run (P
+    train() calls of K seeds, one after another), as proposals trained per hour."""
+    cfgs = _proposals(p, k, steps, device)
+    train_population(task, cfg, _proposals(p, k, 5, device))  # warm caches and allocator once
+    t0 = time.perf_counter()
+    train_population(task, cfg, cfgs)
+    packed = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for c in cfgs:
+        train(task, cfg, c)
+    sequential = time.perf_counter() - t0
+    row = {"task": task.name, "model": cfg.summary(), "params": count_params(cfg),
+           "proposals": p, "seeds": k, "steps": steps,
+           "packed_per_h": 3600 * p / packed, "sequential_per_h": 3600 * p / sequential,
+           "ratio": sequential / packed}
+    if log:
+        log(f"{task.name} {row['params']}p: {p} proposals x {k} seeds, one pack "
+            f"{row['packed_per_h']:,.0f} proposals/h, one per run "
+            f"{row['sequential_per_h']:,.0f} proposals/h, {row['ratio']:.2f}x")
+    return row
+
+
+def population_rows(quick: bool, device: str,
+                    log: Callable[[str], None] | None) -> list[dict[str, Any]]:
+    """`population` on the add10 bench model and on a small add3 model."""
+    # K=2 seeds a proposal, as a search spends them; the pack is P*K = 16 members
+    p, k, steps = (4, 2, 20) if quick else (8, 2, 60)
+    add3 = get_task("add3")
+    small = ModelConfig(vocab_size=add3.vocab_size, n_ctx=add3.n_ctx, d_model=4, n_heads=1,
+                        d_ff=8)
+    add10 = get_task(BENCH_TASK)
+    return [population(t, c, p, k, steps, device, log)
+            for t, c in ((add10, bench_model(add10)), (add3, small))]
+
+
 def em_throughput(task, cfg: ModelConfig, n: int, n_greedy: int, device: str) -> dict[str, Any]:
+    """Exact match of n problems (encoding included), with today's chunking and with the
+    earlier 2**18-token chunks back to back (their ratio is the gain), and greedy decoding."""
     dev = resolve_device(device)
     model = ArithTransformer(cfg, k=1, seeds=[0]).to(dev)
     a, b, op = task.sample(n, torch.Generator().manual_seed(1), "uniform", split="holdout")
@@ -76,11 +127,36 @@ def em_throughput(task, cfg: ModelConfig, n: int, n_greedy: int, device: str) ->
     exact_match(model, task, a, b, op)
     tf = time.perf_counter() - t0
     t0 = time.perf_counter()
+    exact_match(model, task, a, b, op, chunk=max(256, (1 << 18) // task.seq_len))
+    old = time.perf_counter() - t0
+    t0 = time.perf_counter()
     greedy_decode(model, task, a[:n_greedy], b[:n_greedy], op[:n_greedy])
     gr = time.perf_counter() - t0
     return {"problems": n, "params": count_params(model), "seconds": tf,
             "problems_per_s": n / tf, "greedy_per_s": n_greedy / gr,
-            "speedup": (n / tf) / (n_greedy / gr)}
+            "speedup": (n / tf) / (n_greedy / gr), "old_chunk_seconds": old,
+            "vs_old_chunk": old / tf}
+
+
+def sampler_throughput(task, k: int, chunks: int, device: str,
+                       log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Training problems/s, sampled and encoded, for K members: sampler "hash" vs "stream"."""
+    from arithsweep.core.train import DATA_CHUNK_STEPS, _DataStream
+
+    dev, out = resolve_device(device), {}
+    for sampler in ("hash", "stream"):
+        data = _DataStream(task, TrainConfig(seeds=k, sampler=sampler), dev)
+        data._refill(0)  # warm-up (and the hash sampler's fallback pools)
+        t0 = time.perf_counter()
+        for i in range(1, chunks + 1):
+            data._refill(i * DATA_CHUNK_STEPS)
+        n = chunks * DATA_CHUNK_STEPS * k * data.cfg.batch_size
+        out[f"{sampler}_per_s"] = n / (time.perf_counter() - t0)
+    row = {"k": k, **out, "ratio": out["hash_per_s"] / out["stream_per_s"]}
+    if log:
+        log(f"sampler, K={k}: hash {row['hash_per_s']:,.0f} problems/s, stream "
+            f"{row['stream_per_s']:,.0f} problems/s, {row['ratio']:.2f}x")
+    return row
 
 
 def run_bench(quick: bool = False, device: str = "auto",
@@ -94,4 +170,6 @@ def run_bench(quick: bool = False, device: str = "auto",
     em = em_throughput(task, cfg, 10**5 if quick else 10**6, 5_000 if quick else 20_000, dev)
     return {"task": task.name, "model": cfg.summary(), "params": count_params(cfg),
             "device": dev, "threads": torch.get_num_threads(), "steps": steps,
-            "batch_per_seed": 128, "packing": rows, "exact_match": em}
+            "batch_per_seed": 128, "packing": rows, "exact_match": em,
+            "population": population_rows(quick, dev, log),
+            "sampler": sampler_throughput(task, 8, 2 if quick else 8, dev, log)}

@@ -31,7 +31,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from arithsweep import __version__
-from arithsweep.core.config import TrainConfig
+from arithsweep.core.config import LEGACY_TRAIN_DEFAULTS, TrainConfig
 from arithsweep.core.errors import ArithsweepError, CheckpointError
 from arithsweep.core.model import ArithTransformer, ModelConfig, count_params
 from arithsweep.core.tasks import Task, get_task
@@ -155,7 +155,8 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     try:
         task = get_task(str(doc["task"]), doc.get("format_name"))
         cfg = ModelConfig.from_dict(doc["model"])
-        train_cfg = TrainConfig.from_dict(doc["train"]) if doc.get("train") else None
+        train_cfg = (TrainConfig.from_dict({**LEGACY_TRAIN_DEFAULTS, **doc["train"]})
+                     if doc.get("train") else None)  # saved without `sampler`: "stream"
     except (ArithsweepError, TypeError) as e:
         raise CheckpointError(f"checkpoint {d}: {e}") from None
     if cfg.vocab_size != task.vocab_size:

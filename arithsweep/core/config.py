@@ -70,6 +70,12 @@ class ModelConfig(DictConfig):
     pos: str = "learned"  # learned | sinusoidal | rope | abacus | none
     rope_base: float = 10000.0  # only with pos == "rope"
     abacus_max: int = 32  # abacus table size: most digits one number may have (+1)
+    # Abacus random offset (McLeish et al. 2024), a training-time augmentation like dropout:
+    # in train mode each sequence adds one k ~ U{0..abacus_offset} to every digit's abacus
+    # index, so the rows for indices beyond the training length get trained too; eval mode
+    # (exact match, verification, ood) uses k = 0. Useful only if abacus_max - 1 >= the
+    # longest trained number + abacus_offset (indices are clamped to the table). 0 = off.
+    abacus_offset: int = 0
     n_loops: int = 1  # times the layer stack is applied with shared weights (looped transformer)
     input_injection: bool = True  # re-add the input embedding before each loop after the first
     rank: int = 0  # low-rank factorisation W = A @ B of attention/MLP projections; 0 = full rank
@@ -84,7 +90,7 @@ class ModelConfig(DictConfig):
             v = getattr(self, name)
             need(isinstance(v, int) and not isinstance(v, bool) and v >= 1, name,
                  "must be a whole number >= 1")
-        for name in ("d_ff", "rank"):
+        for name in ("d_ff", "rank", "abacus_offset"):
             v = getattr(self, name)
             need(isinstance(v, int) and not isinstance(v, bool) and v >= 0, name,
                  "must be a whole number >= 0")
@@ -157,7 +163,12 @@ class ModelConfig(DictConfig):
             parts.append("k=v")
         return " ".join(parts)
 
-SAMPLINGS = ("uniform", "values", "carry", "mixed")
+SAMPLINGS = ("uniform", "values", "carry", "mixed", "enriched")
+SAMPLERS = ("hash", "stream")
+# Train fields whose default changed: a saved train config (checkpoint, recipe) that lacks
+# one was made under the old default, so loading it fills these in before the dataclass
+# defaults apply, and retraining reproduces it.
+LEGACY_TRAIN_DEFAULTS = {"sampler": "stream"}
 
 
 @dataclass
@@ -177,7 +188,14 @@ class TrainConfig(DictConfig):
     seed: int = 0  # seed i of the pack is seed + i (init and data)
     # uniform (operand lengths uniform) | values (operands uniform over the problem space) |
     # carry (carry cascades forced) | mixed: carry_frac carry, the rest half uniform, half values
+    # | enriched: Quirke's classes S0..S5, M0..M4, N1..N4 in equal shares (add/sub/mix only;
+    # core/quirke.py)
     sampling: str = "mixed"
+    # hash: counter-based, keyed by (seed, step, row), all members in one vectorised call, the
+    # same on CPU and CUDA (core/hash_sampling.py). stream: the older per-seed torch.Generator
+    # stream; checkpoints and recipes saved without this field were trained with it, so
+    # loading one without the field means "stream" (checkpoint.py, overrides.py).
+    sampler: str = "hash"
     carry_frac: float = 0.25  # with "mixed": share of each batch drawn carry-enriched
     # The carry share fades linearly from carry_frac to 0 between these fractions of `steps`
     # (MicroAdder: 80% fading between 25% and 75%); equal = no fade.
@@ -187,6 +205,11 @@ class TrainConfig(DictConfig):
     # 0: the longest operand grows by one digit at a time over curriculum_steps; k > 0: k equal
     # stages, stage i capped at ceil(N*(i+1)/(k+1)) digits (MicroAdder's 3 / 6 / 10 for k=2)
     curriculum_stages: int = 0
+    # Length generalisation (McLeish et al. 2024): train only on operands of at most this many
+    # digits although the task (vocabulary, context) covers more; None = the task's full length.
+    # Evaluation during training is capped the same way, so seed selection never sees longer
+    # problems; `arithsweep ood` measures how far the model generalises beyond it.
+    train_digits: int | None = None
     restart_steps: int = 0  # a second cosine pass of this many steps (warm restart); 0 = off
     # Grokfast-EMA gradient filter: g += lambda * EMA_alpha(g), amplifying the slow gradient
     # components that generalise; alpha 0 = off (the 36-p AdderBoard record used 0.98 and 3)
@@ -225,6 +248,8 @@ class TrainConfig(DictConfig):
         for f in ("warmup", "curriculum_steps", "curriculum_stages", "restart_steps", "seed",
                   "micro_batch", "polish_steps"):
             whole(f, 0)
+        if self.train_digits is not None:
+            whole("train_digits", 1)
         whole("polish_pool", 1)
         need(0 <= self.carry_fade_start <= self.carry_fade_end <= 1, "carry_fade_end",
              "carry_fade_start <= carry_fade_end must both be fractions of steps in [0, 1]")
@@ -238,6 +263,7 @@ class TrainConfig(DictConfig):
         need(0 <= self.beta2 < 1, "beta2", "must be in [0, 1)")
         need(self.grad_clip >= 0, "grad_clip", "must be >= 0 (0 = off)")
         need(self.sampling in SAMPLINGS, "sampling", f"must be one of {', '.join(SAMPLINGS)}")
+        need(self.sampler in SAMPLERS, "sampler", f"must be one of {', '.join(SAMPLERS)}")
         need(0 <= self.carry_frac <= 1, "carry_frac", "must be in [0, 1]")
         need(0 < self.target <= 1, "target", "must be in (0, 1]")
         need(self.time_budget >= 0, "time_budget", "must be >= 0 seconds (0 = none)")

@@ -28,8 +28,14 @@ FULL_EVAL_SAMPLE = 200_000  # otherwise on this many held-out problems
 FULL_EVAL_SEED = 0xF1A1  # that sample's seed (verification uses its own, SUITE_SEED)
 
 
-def final_problems(task: Task) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, str]:
-    """The problems a finished run is checked on, and a phrase saying which."""
+def final_problems(task: Task, max_len: int | None = None,
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, str]:
+    """The problems a finished run is checked on, and a phrase saying which. `max_len`
+    (TrainConfig.train_digits): only operands that short, as the run was trained on."""
+    if max_len is not None and max_len < task.n_digits:
+        gen = torch.Generator().manual_seed(FULL_EVAL_SEED)
+        a, b, op = task.sample(FULL_EVAL_SAMPLE, gen, "uniform", max_len, split="holdout")
+        return a, b, op, f"{a.numel():,} held-out problems of <= {max_len} digits"
     if task.n_problems <= FULL_EVAL_MAX:
         return (*task.enumerate_all(), f"all {task.n_problems:,} problems")
     gen = torch.Generator().manual_seed(FULL_EVAL_SEED)
@@ -40,9 +46,9 @@ def final_problems(task: Task) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
 class FullCheck:
     """The confirmation half of the stop rule, with its problems built once."""
 
-    def __init__(self, task: Task, target: float) -> None:
+    def __init__(self, task: Task, target: float, max_len: int | None = None) -> None:
         self.task, self.target = task, float(target)
-        self.a, self.b, self.op, self.what = final_problems(task)
+        self.a, self.b, self.op, self.what = final_problems(task, max_len)
         self.checked: dict[int, float] = {}  # best_step -> exact match on these problems
         self.seconds = 0.0  # time spent checking
 

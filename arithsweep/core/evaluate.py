@@ -16,11 +16,16 @@ from collections.abc import Iterator
 
 import torch
 
+from arithsweep.core.quirke import class_names, quirke_class, supported
 from arithsweep.core.tasks import Task
 
-# tokens per forward pass per member: big enough to amortise, small enough to stay in cache
-# (measured on add3: 16k problems a chunk ran 2x faster than 87k)
-DEFAULT_CHUNK_TOKENS = 1 << 18
+# tokens per forward pass per member. On a CPU small enough that a chunk's activations stay in
+# cache (add10, one thread, a busy 2-core CPU: ~2k problems a chunk, 2**16 tokens, ran ~1.3x
+# faster than ~8k, 2**18; ~1k was faster still with one thread, but with two threads on a
+# loaded machine each extra chunk costs parallel-region barriers); on a GPU big enough to
+# amortise kernel launches.
+DEFAULT_CHUNK_TOKENS = 1 << 16
+GPU_CHUNK_TOKENS = 1 << 22
 
 
 def _device_of(model: torch.nn.Module) -> torch.device:
@@ -38,57 +43,94 @@ def answer_start(task: Task) -> int:
 
 
 def chunk_size(model: torch.nn.Module, task: Task) -> int:
-    return max(256, DEFAULT_CHUNK_TOKENS // (task.seq_len * max(1, model.k)))
+    per = GPU_CHUNK_TOKENS if _device_of(model).type == "cuda" else DEFAULT_CHUNK_TOKENS
+    return max(256, per // (task.seq_len * max(1, model.k)))
 
 
-def _teacher_forced(
-    model: torch.nn.Module, task: Task, a: torch.Tensor, b: torch.Tensor, op: torch.Tensor,
-    chunk: int | None = None,
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Per chunk: (right (K, n, L) bool, mask (n, L) bool) over the input positions that can
-    predict an answer token; one forward pass, no decoding."""
+class EvalSet:
+    """Problems encoded once, on the device that scores them, for repeated evaluation (the
+    trainer builds one and scores every member on it at each evaluation).
+
+    inputs (N, T-1) uint8, targets (N, L) uint8 and mask (N, L) bool cover only the L input
+    positions from `answer_start` on, the ones that can predict an answer token; slot (N, L)
+    is each masked position's answer index (0 = first answer token), answer_len elsewhere."""
+
+    def __init__(self, task: Task, a: torch.Tensor, b: torch.Tensor, op: torch.Tensor,
+                 device: torch.device | str = "cpu"):
+        self.task, self.device, self.n = task, torch.device(device), int(a.numel())
+        self.p0 = p0 = answer_start(task)
+        parts = []
+        for s in _chunks(self.n, 1 << 16):  # bounds encode's int64 scratch
+            tokens, mask = task.encode(a[s], b[s], op[s])  # (n, T), (n, T-1)
+            parts.append((tokens.to(torch.uint8), mask[:, p0:]))
+        tokens = torch.cat([t for t, _ in parts]) if parts else \
+            torch.zeros(0, task.seq_len, dtype=torch.uint8)
+        mask = torch.cat([m for _, m in parts]) if parts else \
+            torch.zeros(0, task.seq_len - 1 - p0, dtype=torch.bool)
+        L = task.answer_len
+        self.inputs = tokens[:, :-1].contiguous().to(self.device)
+        self.targets = tokens[:, p0 + 1:].contiguous().to(self.device)
+        # padded formats: every row's answer fills the same positions, so no mask is needed
+        self.full = bool(mask.all()) and mask.shape[1] == L
+        if self.full:
+            self.mask = self.slot = None
+            self.seen = torch.full((L,), float(self.n), dtype=torch.float64)
+        else:
+            slot = torch.where(mask, mask.long().cumsum(-1) - 1, L).clamp(max=L)  # (N, L')
+            self.mask, self.slot = mask.to(self.device), slot.to(self.device)
+            self.seen = torch.bincount(slot.flatten(), minlength=L + 1)[:L].double()  # (L,)
+
+    @classmethod
+    def of(cls, model: torch.nn.Module, task: Task, a, b=None, op=None) -> EvalSet:
+        """`a` itself when it is an EvalSet, else (a, b, op) encoded on the model's device."""
+        return a if isinstance(a, EvalSet) else cls(task, a, b, op, _device_of(model))
+
+
+def _passes(model: torch.nn.Module, es: EvalSet, chunk: int | None, positions: bool):
+    """Exact match (K, N) bool on the device, and when `positions`, right answers per answer
+    position (K, L) float64 on the device: one teacher-forced pass per chunk, no host sync."""
     model.eval()
-    dev = _device_of(model)
-    p0 = answer_start(task)  # earlier positions predict no answer token
-    for s in _chunks(a.numel(), chunk or chunk_size(model, task)):
-        tokens, mask = task.encode(a[s], b[s], op[s])  # (n, T), (n, T-1)
-        tokens, mask = tokens.to(dev), mask[:, p0:].to(dev)
-        pred = model(tokens[:, :-1], from_pos=p0).argmax(-1)  # (K, n, T-1-p0)
-        yield pred == tokens[:, p0 + 1:], mask
+    K, L = model.k, es.task.answer_len
+    hits = torch.zeros(K, L + 1, dtype=torch.float64, device=es.device) if positions else None
+    out = []
+    for s in _chunks(es.n, chunk or chunk_size(model, es.task)):
+        pred = model(es.inputs[s], from_pos=es.p0).argmax(-1)  # (K, n, L')
+        right = pred == es.targets[s]  # (K, n, L')
+        if es.full:
+            out.append(right.all(-1))
+            if hits is not None:
+                hits[:, :L] += right.sum(1)
+            continue
+        mask = es.mask[s]
+        out.append((right | ~mask).all(-1))  # (K, n)
+        if hits is not None:  # one scatter for every member: (K, n*L') into (K, L+1)
+            idx = es.slot[s].flatten().expand(K, -1)
+            hits.scatter_add_(1, idx, (right & mask).flatten(1).double())
+    ok = torch.cat(out, 1) if out else torch.zeros(K, 0, dtype=torch.bool, device=es.device)
+    return ok, (hits[:, :L] if hits is not None else None)
 
 
 @torch.inference_mode()
 def score(
-    model: torch.nn.Module, task: Task, a: torch.Tensor, b: torch.Tensor, op: torch.Tensor,
-    chunk: int | None = None,
+    model: torch.nn.Module, task: Task, a, b: torch.Tensor | None = None,
+    op: torch.Tensor | None = None, chunk: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact match, bool (K, N), and accuracy at each answer position, float (K, answer_len),
-    from the same forward passes. Position accuracy shows digits stuck at chance."""
-    L = task.answer_len
-    hits = torch.zeros(model.k, L, dtype=torch.float64)
-    seen = torch.zeros(L, dtype=torch.float64)
-    out = []
-    for right, mask in _teacher_forced(model, task, a, b, op, chunk):
-        out.append((right | ~mask).all(-1).cpu())  # (K, n)
-        # answer index of each masked position (0 = first answer token)
-        idx = (mask.long().cumsum(-1) - 1)[mask]  # (M,)
-        for k in range(model.k):
-            hits[k] += torch.bincount(idx, weights=right[k][mask].double(),
-                                      minlength=L).cpu()[:L]
-        seen += torch.bincount(idx, minlength=L).double().cpu()[:L]
-    ok = torch.cat(out, dim=1) if out else torch.zeros(model.k, 0, dtype=torch.bool)
-    return ok, (hits / seen.clamp(min=1)).float()
+    from the same forward passes. Position accuracy shows digits stuck at chance. `a` may be
+    an EvalSet (then b and op are not given): no re-encoding. One host transfer at the end."""
+    es = EvalSet.of(model, task, a, b, op)
+    ok, hits = _passes(model, es, chunk, True)
+    return ok.cpu(), (hits.cpu() / es.seen.clamp(min=1)).float()
 
 
 @torch.inference_mode()
 def exact_match(
-    model: torch.nn.Module, task: Task, a: torch.Tensor, b: torch.Tensor, op: torch.Tensor,
-    chunk: int | None = None,
+    model: torch.nn.Module, task: Task, a, b: torch.Tensor | None = None,
+    op: torch.Tensor | None = None, chunk: int | None = None,
 ) -> torch.Tensor:
-    """Which problems each member gets exactly right: bool (K, N), teacher-forced."""
-    out = [(right | ~mask).all(-1).cpu()
-           for right, mask in _teacher_forced(model, task, a, b, op, chunk)]
-    return torch.cat(out, dim=1) if out else torch.zeros(model.k, 0, dtype=torch.bool)
+    """Which problems each member gets exactly right: bool (K, N), teacher-forced. `a` may be
+    an EvalSet (then b and op are not given)."""
+    return _passes(model, EvalSet.of(model, task, a, b, op), chunk, False)[0].cpu()
 
 
 def position_accuracy(
@@ -148,7 +190,8 @@ def _bucket(keys: torch.Tensor, ok: torch.Tensor, names: list[str]) -> dict[str,
 def breakdown(
     correct: torch.Tensor, task: Task, a: torch.Tensor, b: torch.Tensor, op: torch.Tensor
 ) -> dict[str, dict[str, tuple[int, int]]]:
-    """(problems, correct) by carry class, by operand lengths and by answer length."""
+    """(problems, correct) by carry class, by operand lengths, by answer length and, for add,
+    sub and mix tasks, by Quirke class (S0.., M0.., N1..; see core/quirke.py)."""
     correct = correct.cpu()
     cls = task.carry_class(a, b, op).clamp(min=0)
     n_cls = int(cls.max()) + 1 if cls.numel() else 1
@@ -163,8 +206,11 @@ def breakdown(
         ans_len += (ans >= p).long()
         p *= 10
     ans_names = [str(i) for i in range(int(ans_len.max()) + 1 if ans.numel() else 2)]
-    return {
+    parts = {
         "by_carry": _bucket(cls, correct, [f"S{i}" for i in range(n_cls)]),
         "by_lengths": _bucket(lens_key, correct, lens_names),
         "by_answer_len": _bucket(ans_len, correct, ans_names),
     }
+    if supported(task):
+        parts["by_class"] = _bucket(quirke_class(task, a, b, op), correct, class_names(task))
+    return parts

@@ -13,7 +13,9 @@ values of one member after tying (fixed encodings count zero).
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 
 # --------------------------------------------------------------------------------------------
 # The population model. Every parameter is (K, ...): member i is p[i]. Projections are stored
@@ -157,6 +159,10 @@ class ArithTransformer(nn.Module):
     tokens (K, B, T) or (B, T) int64 -> logits (K, B, T, vocab) float32. Member i is the model
     whose tensors are `member_state(i)`; members never interact."""
 
+    # set only inside `capturing()`; the default forward pays one None check per block
+    _capture: dict[str, list[Tensor]] | None = None
+    _offset_gen: torch.Generator | None = None  # made on first use (see `_offsets`)
+
     def __init__(self, cfg: ModelConfig, k: int = 1, generator: torch.Generator | None = None,
                  seeds: list[int] | None = None) -> None:
         super().__init__()
@@ -165,6 +171,7 @@ class ArithTransformer(nn.Module):
         if seeds is not None and len(seeds) != k:
             raise ValueError(f"seeds has {len(seeds)} entries for a population of k={k}")
         self.cfg, self.k = cfg, k
+        self._offset_seed = int(seeds[0]) if seeds else 0
         d, V = cfg.d_model, cfg.vocab_size
         self.embed = nn.Module()
         self.embed.weight = _table(k, V, d)
@@ -237,9 +244,12 @@ class ArithTransformer(nn.Module):
             p[i].copy_(torch.empty(shape).normal_(0.0, std, generator=gen))
 
     # ---------------------------------------------------------------------------- forward
-    def forward(self, tokens: Tensor, from_pos: int = 0) -> Tensor:
+    def forward(self, tokens: Tensor, from_pos: int = 0,
+                abacus_offset: Tensor | None = None) -> Tensor:
         """tokens (K, B, T) or (B, T) -> logits (K, B, T - from_pos, V): positions before
-        `from_pos` are not unembedded (training and exact match only need answer positions)."""
+        `from_pos` are not unembedded (training and exact match only need answer positions).
+        `abacus_offset` (K, B) int is added to every digit's abacus index; None draws one per
+        sequence in train mode when cfg.abacus_offset > 0 (see `_offsets`), else none."""
         cfg, K = self.cfg, self.k
         if tokens.dim() == 2:
             tokens = tokens.unsqueeze(0).expand(K, -1, -1)
@@ -255,15 +265,24 @@ class ArithTransformer(nn.Module):
         elif cfg.pos == "sinusoidal":
             x0 = x0 + self.sinusoid[:, None, :T]  # (d, 1, T)
         elif cfg.pos == "abacus":
-            idx = self._abacus_index(tokens).clamp_(max=cfg.abacus_max - 1).view(K, B * T)
+            idx = self._abacus_index(tokens)  # (K, B, T)
+            if abacus_offset is None and cfg.abacus_offset and self.training:
+                abacus_offset = self._offsets(K, B, tokens.device)
+            if abacus_offset is not None:  # non-digits keep index 0
+                idx = idx + abacus_offset.view(K, B, 1) * (idx > 0)
+            idx = idx.clamp_(max=cfg.abacus_max - 1).view(K, B * T)
             x0 = x0 + _lookup(self.abacus.weight, idx).view(K, d, B, T)
         x0 = x0.reshape(K, d, B * T)
         x = x0
+        if (cap := self._capture) is not None:  # inspection only: norms (K, B, T)
+            cap["resid"].append(x0.detach().view(K, d, B, T).norm(dim=1))
         for loop in range(cfg.n_loops):
             if loop and cfg.input_injection:
                 x = x + x0
             for blk in self.layers:
                 x = self._block(blk, x, B, T)
+                if cap is not None:
+                    cap["resid"].append(x.detach().view(K, d, B, T).norm(dim=1))
         # unembedding W^T is the embedding itself when tied: (K, V, d)
         wt = self.embed.weight if cfg.tie_embeddings else self.unembed.weight.transpose(1, 2)
         b = self.unembed.bias if cfg.unembed_bias else None
@@ -273,6 +292,27 @@ class ArithTransformer(nn.Module):
             x = x.view(K, d, B, -1)[..., from_pos:].reshape(K, d, B * T)
         logits = _normed(last if cfg.final_norm else None, x, wt, b)  # (K, V, B*T)
         return logits.transpose(1, 2).reshape(K, B, T, V)  # one copy into the caller's layout
+
+    @contextlib.contextmanager
+    def capturing(self) -> Iterator[dict[str, list[Tensor]]]:
+        """`with model.capturing() as cap: model(tokens)` records, for `arithsweep inspect`,
+        cap["attn"]: attention p (K, B, H, T, T) per block call, loop-major; cap["resid"]: the
+        residual stream's norm (K, B, T) after the embedding and after every block call."""
+        cap: dict[str, list[Tensor]] = {"attn": [], "resid": []}
+        self._capture = cap
+        try:
+            yield cap
+        finally:
+            self._capture = None
+
+    def _offsets(self, K: int, B: int, device: torch.device) -> Tensor:  # (K, B) int64
+        """Training-time abacus offsets k ~ U{0..cfg.abacus_offset}, one per sequence, from a
+        private CPU generator seeded like member 0 (deterministic for a given pack; not drawn
+        from the global RNG, which data sampling and init must not share)."""
+        if self._offset_gen is None:
+            self._offset_gen = torch.Generator().manual_seed(0xABAC + self._offset_seed)
+        k = torch.randint(0, self.cfg.abacus_offset + 1, (K, B), generator=self._offset_gen)
+        return k.to(device)
 
     @staticmethod
     def _abacus_index(tokens: Tensor) -> Tensor:  # (K, B, T) -> (K, B, T)
@@ -305,6 +345,10 @@ class ArithTransformer(nn.Module):
         if cfg.pos == "rope":
             q, k = self._rope(q), self._rope(k)
         o = _CausalAttention.apply(q, k, v, self.mask[:T, :T], qk ** -0.5)  # (K*B*H, vh, T)
+        if self._capture is not None:  # inspection only: p again, exactly as apply makes it
+            p = torch.baddbmm(self.mask[:T, :T], q.detach().transpose(1, 2), k.detach(),
+                              alpha=qk ** -0.5).softmax(-1)  # (K*B*H, T, T)
+            self._capture["attn"].append(p.view(K, B, H, T, T))
         o = o.view(K, B, H * vh, T).transpose(1, 2).reshape(K, H * vh, B * T)
         x = torch.baddbmm(x, a.o.matrix_t(), o)  # residual add rides in the bmm
         if a.o.bias is not None:

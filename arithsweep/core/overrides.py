@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from arithsweep.core.config import TrainConfig
+from arithsweep.core.config import LEGACY_TRAIN_DEFAULTS, TrainConfig
 from arithsweep.core.errors import ConfigError
 
 CONFIG_SECTIONS = ("task", "format", "model", "train")
@@ -102,7 +102,10 @@ def build_configs(
                   if k not in ("vocab_size", "n_ctx")}
     # the dataclass defaults are the only defaults: the file's values, then the overrides
     model_d = {**file_model, **m_over}
-    train_d = {**(doc.get("train") or {}), **t_over}
+    # a file's train section (a recipe, a checkpoint's config.json) written before a default
+    # changed meant the old default: `sampler` absent there = "stream"
+    legacy = LEGACY_TRAIN_DEFAULTS if doc.get("train") else {}
+    train_d = {**legacy, **(doc.get("train") or {}), **t_over}
     try:
         model_cfg = ModelConfig.from_dict(
             {**model_d, "vocab_size": task.vocab_size, "n_ctx": task.n_ctx})

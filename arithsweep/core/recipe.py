@@ -76,8 +76,10 @@ def mine_errors(model: torch.nn.Module, task: Task, cfg: TrainConfig,
     from arithsweep.core.evaluate import exact_match
 
     half = cfg.polish_pool // 2
-    parts = [task.sample(cfg.polish_pool - half, gen, "uniform", split="train"),
-             task.sample(half, gen, "carry" if task.op != "mul" else "values", split="train")]
+    cap = cfg.train_digits  # polishing must not train on longer operands than training did
+    parts = [task.sample(cfg.polish_pool - half, gen, "uniform", cap, split="train"),
+             task.sample(half, gen, "carry" if task.op != "mul" else "values", cap,
+                         split="train")]
     a, b, op = (torch.cat([p[i] for p in parts]) for i in range(3))  # (P,) each
     wrong = ~exact_match(model, task, a, b, op)  # (K, P)
     return [(a[w], b[w], op[w]) for w in wrong]

@@ -1,6 +1,7 @@
 """Arithmetic problems as token sequences: what a model is searched, trained and verified on.
 
-A task (add10, sub6, mix6, mul3) says what is computed, a `Format` how a problem becomes tokens.
+A task (add10, sub6, mix6, mul3) says what is computed, a `Format` how a problem becomes tokens
+(sorting, sort<N>, is its own module, sort_task.py, dispatched from `get_task`).
 `get_task("add10", "pad,revans")` gives a `Task` that samples problems (uniform lengths, carry-
 enriched, curriculum cap, train/holdout split), encodes them for teacher forcing, decodes answers,
 enumerates small tasks and classifies carry cascades, all as vectorised int64 torch. Try:
@@ -40,7 +41,8 @@ OP_CODES = {"add": (0,), "sub": (1,), "mix": (0, 1), "mul": (2,)}  # op code 0=a
 _OP_SYMBOL = "+-*"  # indexed by op code
 _SYMBOLS = ("+", "-", "*", "=", "<eos>", "<pad>")
 _LIST_MAX = 4 * 10**6  # problems under a length cap that holdout sampling may enumerate
-_TASK_HELP = "add<N>, sub<N>, mix<N> (N = 1..18) or mul<N> (N = 1..9), e.g. add10"
+_TASK_HELP = ("add<N>, sub<N>, mix<N> (N = 1..18) or mul<N> (N = 1..9), e.g. add10; "
+              "or sort<N> (N = 2..9)")
 _FORMAT_WORDS = (("pad", "nopad", "pad"), ("revans", "fwdans", "reverse_answer"),
                  ("revops", "fwdops", "reverse_operands"), ("delim", "nodelim", "delimiters"))
 _WORDS = {w: (key, w == on) for on, off, key in _FORMAT_WORDS for w in (on, off)}
@@ -88,7 +90,12 @@ def task_names_help() -> str:  # for CLI help
 
 
 def get_task(name: str, fmt: Format | str | None = None) -> Task:
-    """'add10' (+ optional format) -> Task; ConfigError naming the valid forms otherwise."""
+    """'add10' (+ optional format) -> Task; ConfigError naming the valid forms otherwise.
+    'sort<N>' gives a SortTask (arithsweep.core.sort_task), which a Task's callers read alike."""
+    if str(name).strip().lower().startswith("sort"):
+        from arithsweep.core.sort_task import sort_task  # here: sort_task imports this module
+
+        return sort_task(name, fmt)
     m = re.fullmatch(r"(add|sub|mix|mul)(\d{1,3})", str(name).strip().lower())
     if m is None or not 1 <= int(m[2]) <= MAX_DIGITS[m[1]]:
         raise ConfigError(f"unknown task {name!r}: expected {_TASK_HELP}")

@@ -6,6 +6,8 @@ and its own NaN guard (a seed whose loss goes non-finite is marked failed, the r
 Seed i of a pack is `cfg.seed + i` for both init and data, so it trains the same whether it
 runs alone or in a pack. Loss is on answer tokens only; exact match of every seed is measured
 every `eval_every` steps on held-out problems that the training stream never draws.
+The loop, the per-member AdamW and the stopping rule live in population.py
+(`train_population`, many proposals of one shape in one pack); `train()` is a pack of one.
 
     from arithsweep.core.train import train
     result = train(get_task("add3"), model_cfg, TrainConfig(seeds=4))
@@ -15,7 +17,7 @@ every `eval_every` steps on held-out problems that the training stream never dra
 from __future__ import annotations
 
 import math
-import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,9 +29,9 @@ import torch.nn.functional as F
 from arithsweep.core.checkpoint import save_checkpoint
 from arithsweep.core.config import TrainConfig
 from arithsweep.core.errors import ConfigError
-from arithsweep.core.evaluate import answer_start, score
-from arithsweep.core.model import ArithTransformer, ModelConfig, count_params
-from arithsweep.core.recipe import GrokfastEMA, carry_share, curriculum_cap, mine_errors
+from arithsweep.core.hash_sampling import HASH_MODES, HashSampler
+from arithsweep.core.model import ArithTransformer, ModelConfig
+from arithsweep.core.recipe import carry_share, curriculum_cap, mine_errors
 from arithsweep.core.stats import wilson_lower, z_for
 from arithsweep.core.tasks import Task
 
@@ -114,7 +116,12 @@ class TrainResult:
 
 
 class _DataStream:
-    """Per-seed training batches, sampled DATA_CHUNK_STEPS steps at a time."""
+    """Per-seed training batches, sampled DATA_CHUNK_STEPS steps at a time.
+
+    sampler "hash" (hash_sampling.HashSampler): every member's batches for the chunk in one
+    vectorised call on the model's device, each step's batch a function of (seed, step) alone.
+    sampler "stream": one torch.Generator per seed, as every run before the hash sampler;
+    also the fallback, with a warning, for what the hash sampler does not implement."""
 
     def __init__(self, task: Task, cfg: TrainConfig, device: torch.device):
         self.task, self.cfg, self.device = task, cfg, device
@@ -122,12 +129,34 @@ class _DataStream:
                      for i in range(cfg.seeds)]
         self.buf: tuple[torch.Tensor, torch.Tensor] | None = None
         self.pos = DATA_CHUNK_STEPS
+        self.hash: HashSampler | None = None
+        self.why_stream = ""  # why a run that asked for sampler "hash" streams instead
+        if cfg.sampler == "hash":
+            if not isinstance(task, Task):
+                self.why_stream = f"task {task.name} is not an arithmetic Task"
+            elif cfg.sampling not in HASH_MODES:
+                self.why_stream = f"sampling={cfg.sampling!r} is not one of {HASH_MODES}"
+            else:
+                self.hash = HashSampler(task, cfg, device, self._max_len)
+            if self.why_stream:
+                warnings.warn(f"sampler 'hash' falls back to 'stream': {self.why_stream}",
+                              stacklevel=2)
 
     def _max_len(self, step: int) -> int | None:
-        return curriculum_cap(self.cfg, self.task.n_digits, step)
+        # train_digits caps every draw (length generalisation); a curriculum grows up to it
+        top = self.cfg.train_digits
+        if top is not None and top > self.task.n_digits:
+            raise ConfigError(f"train config: train_digits={top}: must be at most the task's "
+                              f"{self.task.n_digits} digits ({self.task.name})")
+        cap = curriculum_cap(self.cfg, top or self.task.n_digits, step)
+        return top if cap is None else cap
 
     def _sample_member(self, gen: torch.Generator, n: int, max_len: int | None, step: int):
         cfg, task = self.cfg, self.task
+        if cfg.sampling == "enriched":  # Quirke's classes in equal shares
+            from arithsweep.core.quirke import enriched_sample
+
+            return enriched_sample(task, n, gen, "train", max_len)
         if cfg.sampling != "mixed":
             return task.sample(n, gen, cfg.sampling, max_len, split="train")
         n_carry = int(round(n * carry_share(cfg, step)))
@@ -138,6 +167,11 @@ class _DataStream:
         return tuple(torch.cat([p[i] for p in parts]) for i in range(3))
 
     def _refill(self, step: int) -> None:
+        if self.hash is not None:  # (S, K, B, T) uint8, (S, K, B, T-1) bool, on the device
+            seeds = [self.cfg.seed + i for i in range(self.cfg.seeds)]
+            self.buf = self.hash.batches(seeds, list(range(step, step + DATA_CHUNK_STEPS)))
+            self.pos = 0
+            return
         B, n = self.cfg.batch_size, self.cfg.batch_size * DATA_CHUNK_STEPS
         toks, masks = [], []
         for gen in self.gens:
@@ -155,7 +189,8 @@ class _DataStream:
             self._refill(step)
         assert self.buf is not None
         i, self.pos = self.pos, self.pos + 1
-        return self.buf[0][i], self.buf[1][i]  # (K, B, T), (K, B, T-1)
+        # the loss's cross entropy takes int64 targets; one step's slice is small
+        return self.buf[0][i].long(), self.buf[1][i]  # (K, B, T), (K, B, T-1)
 
 
 class _PolishStream:
@@ -178,18 +213,22 @@ class _PolishStream:
         return tokens, mask
 
 
-def eval_problems(task: Task, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def eval_problems(task: Task, n: int, max_len: int | None = None,
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The held-out evaluation set, the same for every run of a task: three quarters uniform
     over the problem space (what the final check and verification mostly see, so early stopping
     does not trust an easier mix), a quarter uniform over operand lengths (short operands).
 
     Distinct problems, since the Wilson bound takes its size as the number of independent
-    checks: min(n, held-out problems of the task) of them (add2 has only ~650)."""
+    checks: min(n, held-out problems of the task) of them (add2 has only ~650). `max_len`
+    (TrainConfig.train_digits) keeps operands as short as training's, so that choosing the
+    best seed never looks at the longer problems a length-generalisation test measures."""
     gen = torch.Generator().manual_seed(EVAL_SEED)
     most = (3 * n) // 4
-    first = task.sample(most, gen, "values", split="holdout")
+    first = task.sample(most, gen, "values", max_len, split="holdout")
     # the quarter draws past the first part's problems, and tops it up when that fell short
-    rest = task.sample(n - first[0].numel(), gen, "uniform", split="holdout", exclude=first)
+    rest = task.sample(n - first[0].numel(), gen, "uniform", max_len, split="holdout",
+                       exclude=first)
     return tuple(torch.cat(p) for p in zip(first, rest, strict=True))
 
 
@@ -216,7 +255,8 @@ def eval_size_of(result: TrainResult) -> int:
     """How many distinct held-out problems each evaluation of this run scored: the n that
     `reached` needs, which can be below train_cfg.eval_size on small tasks."""
     if not result.eval_size:  # a result that train() did not fill in
-        result.eval_size = eval_problems(result.task, result.train_cfg.eval_size)[0].numel()
+        cfg = result.train_cfg
+        result.eval_size = eval_problems(result.task, cfg.eval_size, cfg.train_digits)[0].numel()
     return result.eval_size
 
 
@@ -231,46 +271,25 @@ def _loss_fn(model: ArithTransformer, tokens: torch.Tensor, mask: torch.Tensor,
     return ce.sum((1, 2)) / mask.sum((1, 2)).clamp(min=1)
 
 
-def _make_optimizer(model: ArithTransformer, cfg: TrainConfig) -> torch.optim.Optimizer:
-    # decay matrices only; a (K, d) norm gain or bias pulled toward 0 just fights the model
-    decay = [p for p in model.parameters() if p.dim() >= 3]
-    rest = [p for p in model.parameters() if p.dim() < 3]
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
-              {"params": rest, "weight_decay": 0.0}]
-    kw = {"lr": cfg.lr, "betas": (cfg.beta1, cfg.beta2), "eps": 1e-8}
-    try:
-        return torch.optim.AdamW(groups, fused=True, **kw)
-    except (RuntimeError, TypeError):
-        return torch.optim.AdamW(groups, foreach=True, **kw)
-
-
 @torch.no_grad()
-def _clip_and_guard(model: ArithTransformer, clip: float, alive: torch.Tensor) -> None:
-    """Per-seed global-norm clipping; a seed whose gradient is not finite dies (`alive`, (K,),
-    is updated in place) and dead seeds' gradients become exactly 0 so they stay inert."""
+def _clip_and_guard(model: ArithTransformer, clip: float | torch.Tensor,
+                    alive: torch.Tensor) -> None:
+    """Per-seed global-norm clipping to `clip` (one norm, or (K,) per member; <= 0 = off); a
+    seed whose gradient is not finite dies (`alive`, (K,), is updated in place) and dead
+    seeds' gradients become exactly 0 so they stay inert."""
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     k = alive.numel()
     sq = torch.stack([g.reshape(k, -1).pow(2).sum(1) for g in grads]).sum(0)  # (K,)
     alive &= torch.isfinite(sq)
     scale = torch.ones_like(sq)
-    if clip > 0:
+    if isinstance(clip, torch.Tensor):  # (K,): a member with clip 0 is not clipped
+        scale = torch.where(clip > 0, (clip / (sq.sqrt() + 1e-6)).clamp(max=1.0), 1.0)
+    elif clip > 0:
         scale = (clip / (sq.sqrt() + 1e-6)).clamp(max=1.0)
     # where, not a product: a dead seed's norm is NaN and 0 * NaN would poison its gradient
     scale = torch.where(alive, scale, 0.0)
     for g in grads:
         g.nan_to_num_(0.0, 0.0, 0.0).mul_(scale.view(-1, *([1] * (g.dim() - 1))))
-
-
-@torch.no_grad()
-def _step_live(opt: torch.optim.Optimizer, params: list[torch.Tensor],
-               before: list[torch.Tensor], alive: torch.Tensor) -> None:
-    """opt.step() for the live seeds only. AdamW's weight decay and momentum move a weight
-    even at zero gradient, so each dead member is put back to its weights before the step,
-    i.e. as they were when it died; no host sync, so it costs two copies per step."""
-    torch._foreach_copy_(before, params)
-    opt.step()
-    for p, b in zip(params, before):
-        p.copy_(torch.where(alive.view(-1, *([1] * (p.dim() - 1))), p, b))
 
 
 def train(
@@ -280,100 +299,11 @@ def train(
     on_eval: Callable[[EvalPoint, TrainResult], bool | None] | None = None,
     on_step: Callable[[int, int], None] | None = None,
 ) -> TrainResult:
-    """Train cfg.seeds seeds of `model_cfg` on `task`. `on_eval` may return True to stop."""
-    if model_cfg.vocab_size != task.vocab_size or model_cfg.n_ctx < task.n_ctx:
-        raise ConfigError(
-            f"model config vocab_size={model_cfg.vocab_size}, n_ctx={model_cfg.n_ctx} does not "
-            f"fit task {task.name} (vocab_size={task.vocab_size}, n_ctx={task.n_ctx})"
-        )
-    device = resolve_device(cfg.device)
-    K = cfg.seeds
-    model = ArithTransformer(model_cfg, k=K, seeds=[cfg.seed + i for i in range(K)]).to(device)
-    opt = _make_optimizer(model, cfg)
-    params = list(model.parameters())
-    before = [p.detach().clone() for p in params]  # _step_live's scratch copy of the weights
-    loss_fn = _loss_fn
-    if cfg.compile:
-        loss_fn = torch.compile(_loss_fn, dynamic=False)
-    data = _DataStream(task, cfg, device)
-    ea, eb, eop = eval_problems(task, cfg.eval_size)  # (N,) each, N <= cfg.eval_size
-    result = TrainResult(task=task, model_cfg=model_cfg, train_cfg=cfg, model=model,
-                         params=count_params(model), device=str(device), failed=[False] * K,
-                         eval_size=ea.numel())
-    alive = torch.ones(K, dtype=torch.bool, device=device)
-    n_micro = micro_batches(cfg, device)
-    start = answer_start(task)
-    loss_sum = torch.zeros(K, dtype=torch.float64, device=device)
-    loss_n = 0
-    main = cfg.steps + cfg.restart_steps
-    total = main + cfg.polish_steps
-    grokfast = GrokfastEMA(params, cfg.grokfast_alpha, cfg.grokfast_lambda) \
-        if cfg.grokfast_alpha else None
-    t0 = time.perf_counter()
-    step = 0
-    while step < total:
-        if step == main and cfg.polish_steps:  # every seed's own errors, training split only
-            data = _PolishStream(data, model, device)
-        model.train()
-        lr = lr_at(step, cfg)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        tokens, mask = data.next(step)  # (K, B, T), (K, B, T-1)
-        opt.zero_grad(set_to_none=False)
-        losses = torch.zeros(K, device=device)
-        for t_mb, m_mb in zip(tokens.chunk(n_micro, 1), mask.chunk(n_micro, 1)):
-            mb = loss_fn(model, t_mb, m_mb, start) * (t_mb.shape[1] / cfg.batch_size)  # (K,)
-            # a seed that is already dead contributes nothing (its NaN would poison the sum)
-            torch.where(alive, mb, torch.zeros_like(mb)).sum().backward()
-            losses += mb.detach()
-        alive &= torch.isfinite(losses)
-        if grokfast is not None:
-            grokfast.apply()  # before clipping, as in the Grokfast paper
-        _clip_and_guard(model, cfg.grad_clip, alive)
-        _step_live(opt, params, before, alive)
-        loss_sum += torch.where(alive, losses.detach().double(), 0.0)
-        loss_n += 1
-        step += 1
-        result.examples += K * cfg.batch_size
-        if on_step is not None:
-            on_step(step, total)
-        if step % cfg.eval_every and step != total:
-            continue
-        # ---- evaluation: the only host sync besides sampling ----
-        result.failed = (~alive).tolist()
-        right, pos_acc = score(model, task, ea, eb, eop)  # (K, N), (K, answer_len)
-        ok = right.float().mean(1)  # (K,)
-        em = [float("nan") if result.failed[i] else float(ok[i]) for i in range(K)]
-        live = [e for e in em if not math.isnan(e)]
-        point = EvalPoint(
-            step=step, exact_match=em, loss=(loss_sum / max(1, loss_n)).tolist(),
-            best_em=max(live) if live else 0.0, lr=lr,
-            elapsed=time.perf_counter() - t0, examples=result.examples,
-            position_acc=pos_acc.tolist(),
-        )
-        loss_sum.zero_()
-        loss_n = 0
-        result.history.append(point)
-        # ties go to the newer weights: at equal held-out accuracy they have trained longer
-        if (live and point.best_em >= result.best_em) or not result.best_state:
-            i = max(range(K), key=lambda j: -1.0 if math.isnan(em[j]) else em[j])
-            result.best_seed, result.best_em, result.best_step = i, max(live, default=0.0), step
-            result.best_state = model.member_state(i)
-        result.steps, result.wall_time = step, time.perf_counter() - t0
-        stop = bool(on_eval(point, result)) if on_eval is not None else False
-        if not live:
-            result.stopped_early, result.stop_reason = True, "every seed failed (non-finite loss)"
-        elif cfg.early_stop and reached(point.best_em, ea.numel(), cfg.target, len(live)):
-            result.stopped_early, result.stop_reason = step < total, "reached target"
-        elif cfg.time_budget and point.elapsed >= cfg.time_budget:
-            result.stopped_early, result.stop_reason = True, "time budget"
-        elif stop:
-            result.stopped_early, result.stop_reason = True, "stopped by caller"
-        else:
-            continue
-        break
-    result.steps, result.wall_time = step, time.perf_counter() - t0
-    result.failed = (~alive).tolist()
-    if not result.stop_reason:
-        result.stop_reason = "step budget"
-    return result
+    """Train cfg.seeds seeds of `model_cfg` on `task`. `on_eval` may return True to stop.
+
+    A pack of one proposal: the loop, the optimiser and the stopping rule live in
+    population.train_population, which trains many proposals of one shape at once."""
+    from arithsweep.core.population import train_population  # it imports this module
+
+    cb = None if on_eval is None else (lambda _j, point, result: on_eval(point, result))
+    return train_population(task, model_cfg, [cfg], cb, on_step)[0]

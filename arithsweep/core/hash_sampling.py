@@ -1,0 +1,293 @@
+"""Counter-based training problems: every member's batches for many steps in one vectorised call.
+
+Each random word is a pure function of (seed, step, row, candidate, word index): an integer hash
+in int64 torch ops, no `torch.Generator`. So the same (seed, step) gives bit-identical problems
+on CPU and CUDA, whatever K, whatever the member's place in the pack and whatever chunking of
+steps the caller uses (`TrainConfig(sampler="hash")`; "stream" is the older per-seed generator).
+
+Modes are those of `Task.sample` ("uniform", "values", "carry") plus the trainer's "mixed"
+(carry share `recipe.carry_share` at each step, the rest half uniform, half values, in exact
+counts at hashed positions), under the curriculum cap of each step (`recipe.curriculum_cap`).
+
+The train side of the split without a rejection loop (fixed shapes, no host sync): each row
+draws R candidates i.i.d. and keeps the first that `Task._held` puts on the train side. Given
+that one is found, that is exactly rejection sampling, i.e. the train-side distribution. When
+all R are held out (probability h**R, h ~ 1/16, so ~1.5e-5 for R = 4; higher at tiny caps where
+AdderBoard edge cases weigh more) the row takes a problem from a fallback pool: problems drawn by
+`Task.sample(split="train")` (rejection sampling with a fixed generator, done once per cap and
+mode) and checked again with `_held` when the pool is built. Every row is therefore either a
+candidate that passed `_held` or a pool entry that passed it: none is ever on the holdout side.
+
+    python -c "from arithsweep.core.hash_sampling import HashSampler as H; \\
+        from arithsweep.core.tasks import get_task; \\
+        from arithsweep.core.config import TrainConfig as C; \\
+        print(H(get_task('add3'), C(seeds=1)).problems([0], [0]))"
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from arithsweep.core.config import TrainConfig
+from arithsweep.core.errors import ConfigError
+from arithsweep.core.recipe import carry_share, curriculum_cap
+from arithsweep.core.sampling import _POW10, _digits
+from arithsweep.core.tasks import Task
+
+HASH_MODES = ("uniform", "values", "carry", "mixed")
+CANDIDATES = 4  # R: draws per row; all R held out has probability ~(1/16)**4
+POOL = 1024  # fallback problems per (cap, mode)
+_POOL_SEED = 0xFA11_BAC4
+_M32 = 0xFFFFFFFF
+_MUL = 0x45D9F3B  # degski's hash32 multiplier: < 2**31, so (x < 2**32) * _MUL < 2**63 in int64
+_GOLD = 0x9E3779B9
+
+
+def _mix(x: Tensor) -> Tensor:
+    """A 32-bit integer hash (degski's hash32) on int64 values in [0, 2**32): (N,) -> (N,).
+    Exact integer ops with no overflow, so CPU and CUDA agree bit for bit."""
+    x = (((x >> 16) ^ x) * _MUL) & _M32
+    x = (((x >> 16) ^ x) * _MUL) & _M32
+    return (x >> 16) ^ x
+
+
+def row_keys(seeds: Tensor, steps: Tensor, rows: int, cands: int) -> Tensor:
+    """Keys of every (step, seed, row, candidate): seeds (K,), steps (S,) int64 -> (S, K, rows,
+    cands) int64 in [0, 2**32). Seeds above 2**32 fold their high word in."""
+    k = _mix((seeds & _M32) ^ 0x5EED)
+    k = _mix(k ^ ((seeds >> 32) & _M32))  # (K,)
+    k = _mix(k[None, :] ^ (steps[:, None] & _M32))  # (S, K)
+    counter = torch.arange(rows * cands, device=k.device).view(rows, cands)
+    return _mix(k[:, :, None, None] ^ counter)  # (S, K, rows, cands)
+
+
+class _Words:
+    """A row's i-th random word is mix(key ^ i * golden); `at` jumps to a fixed index, so what
+    one mode draws never depends on whether another mode was computed."""
+
+    def __init__(self, key: Tensor):
+        self.key, self.i = key, 0
+
+    def at(self, i: int) -> _Words:
+        self.i = i
+        return self
+
+    def __call__(self) -> Tensor:
+        self.i += 1
+        return _mix(self.key ^ ((self.i * _GOLD) & _M32))
+
+    def below(self, hi: Tensor | int) -> Tensor:
+        """Integers in [0, hi) for 1 <= hi <= 10**4 (multiply-shift; bias <= hi / 2**32)."""
+        return (self() * hi) >> 32
+
+    def number(self, width: int) -> Tensor:
+        """Uniform in [0, 10**width) from groups of 4 digits (width <= 18)."""
+        out = torch.zeros_like(self.key)
+        for lo in range(0, width, 4):
+            w = min(4, width - lo)
+            out = out + self.below(10**w) * 10**lo
+        return out
+
+
+def _pow10(x: Tensor) -> Tensor:
+    """10**x for int64 x in 0..18. torch.take: CPU advanced indexing of a small table by a long
+    index tensor is ~60x slower."""
+    return torch.take(_POW10.to(x.device), x)
+
+
+def _uniform(w: _Words, cap: Tensor, n: int) -> tuple[Tensor, Tensor]:
+    """Length uniform in 1..cap, value uniform among numbers of that length: (N,), (N,)."""
+    length = 1 + w.below(cap)
+    lead = w.below(torch.where(length == 1, 10, 9)) + (length > 1).long()
+    scale = _pow10(length - 1)
+    return length, lead * scale + w.number(n - 1) % scale
+
+
+def _carry_pair(w: _Words, cap: Tensor, n: int) -> tuple[Tensor, Tensor]:
+    """As sampling._carry_pair, with a per-row cap: a pair summing to >= 10 at a position g
+    inside both operands, then uniform pairs summing to 9 up to a position `top`."""
+    (la, a), (lb, b) = _uniform(w, cap, n), _uniform(w, cap, n)
+    da, db, pos = _digits(a, n), _digits(b, n), torch.arange(n, device=cap.device)
+    g = w.below(torch.minimum(la, lb))
+    top = g + w.below(torch.maximum(la, lb) - g)
+    span, at_g = (pos > g[:, None]) & (pos <= top[:, None]), pos == g[:, None]  # (N, n)
+    ga = 1 + w.below(9)
+    gb = 10 - ga + w.below(ga)
+    free = _digits(w.number(n), n)
+    sa = torch.where(pos >= la[:, None], 0, torch.where(pos >= lb[:, None], 9, free))
+    pw = _POW10.to(cap.device)[:n]
+    a = (torch.where(at_g, ga[:, None], torch.where(span, sa, da)) * pw).sum(1)
+    return a, (torch.where(at_g, gb[:, None], torch.where(span, 9 - sa, db)) * pw).sum(1)
+
+
+# first word index of each part of a draw: far enough apart for 18-digit operands
+_OP_AT, _UNIFORM_AT, _VALUES_AT, _CARRY_AT, _BORROW_AT = 0, 10, 40, 60, 100
+
+
+def _mode_pair(m: int, w: _Words, cap: Tensor, op: Tensor, task: Task) -> tuple[Tensor, Tensor]:
+    """Operands (N,), (N,) of mode m (0 uniform, 1 values, 2 carry) for every row of w: a
+    pure function of each row's key, cap and op, so any subset of rows gives the same rows."""
+    n = task.n_digits
+    if m == 1:
+        hi = _pow10(cap)
+        w.at(_VALUES_AT)
+        return w.number(n) % hi, w.number(n) % hi
+    a, b = _uniform(w.at(_UNIFORM_AT), cap, n)[1], _uniform(w, cap, n)[1]
+    if m == 0 or task.op == "mul":  # mul has no carry mode (Task.sample falls back to uniform)
+        return a, b
+    if 0 in task.op_codes:
+        ca, cb = _carry_pair(w.at(_CARRY_AT), cap, n)
+        a, b = torch.where(op == 0, ca, a), torch.where(op == 0, cb, b)
+    if 1 in task.op_codes and n >= 2:  # x - y borrows exactly where y + (x - y) carries
+        y, d = _carry_pair(w.at(_BORROW_AT), cap, n)
+        y1, d1 = _carry_pair(w, (cap - 1).clamp(min=1), n)  # a sum that cannot overflow
+        over = y + d >= _pow10(cap)
+        y, d = torch.where(over, y1, y), torch.where(over, d1, d)
+        flip = w.below(2).bool()
+        sub = (op == 1) & (cap >= 2)  # 1-digit sub never borrows
+        a = torch.where(sub, torch.where(flip, y, y + d), a)
+        b = torch.where(sub, torch.where(flip, y + d, y), b)
+    return a, b
+
+
+def draw(key: Tensor, mode: Tensor, cap: Tensor, task: Task, used: frozenset[int],
+         compact: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """One candidate problem per key, both splits alike: key, mode (0 uniform, 1 values,
+    2 carry), cap (N,) int64 -> a, b, op (N,) int64. `used`: the modes that occur (the caller
+    knows from the config, no host sync). compact (CPU): each mode computed on its own rows
+    only; else (CUDA: fixed shapes, no sync) every used mode on every row, the row's own kept.
+    Both give the same rows, since each row is a pure function of its key, mode and cap."""
+    codes = torch.tensor(task.op_codes, device=key.device)
+    op = torch.take(codes, _Words(key).at(_OP_AT).below(len(codes)))
+    if len(used) == 1 or not compact:
+        a = b = None
+        for m in sorted(used):
+            ma, mb = _mode_pair(m, _Words(key), cap, op, task)
+            a = ma if a is None else torch.where(mode == m, ma, a)
+            b = mb if b is None else torch.where(mode == m, mb, b)
+        return a, b, op
+    a, b = torch.empty_like(key), torch.empty_like(key)
+    for m in sorted(used):
+        idx = (mode == m).nonzero().squeeze(1)
+        a[idx], b[idx] = _mode_pair(m, _Words(key[idx]), cap[idx], op[idx], task)
+    return a, b, op
+
+
+_MODE = {"uniform": 0, "values": 1, "carry": 2}
+_POOL_AT, _RANK_AT = 150, 160  # word indices of the fallback pick and the mode shuffle
+PIECE_ROWS = 1 << 16  # candidates hashed per vectorised call: bounds memory, not the result
+
+
+class HashSampler:
+    """Training problems of a config's sampling mode, keyed by (seed, step, row)."""
+
+    def __init__(self, task: Task, cfg: TrainConfig, device: torch.device | str = "cpu",
+                 cap_at: Callable[[int], int | None] | None = None):
+        """cap_at(step): the longest operand length at a step (None = the task's); the trainer
+        passes its own rule (curriculum under train_digits), the default is the curriculum's."""
+        if cfg.sampling not in HASH_MODES:
+            raise ConfigError(f"sampler 'hash' does not implement sampling={cfg.sampling!r} "
+                              f"(it does {', '.join(HASH_MODES)}); use sampler=stream")
+        self.task, self.cfg, self.device = task, cfg, torch.device(device)
+        self.cap_at = cap_at or (lambda step: curriculum_cap(cfg, task.n_digits, step))
+        self._pools: dict[tuple[int, int], tuple[Tensor, Tensor, Tensor]] = {}
+        # on a CPU a boolean index costs nothing extra, on a GPU it syncs: see `draw`
+        self.compact = self.device.type == "cpu"
+
+    def _pool(self, cap: int, mode: int) -> tuple[Tensor, Tensor, Tensor]:
+        """POOL train-side problems of one (cap, mode), drawn once by rejection sampling."""
+        if (cap, mode) not in self._pools:
+            gen = torch.Generator().manual_seed(_POOL_SEED + 3 * cap + mode)
+            name = [k for k, v in _MODE.items() if v == mode][0]
+            a, b, op = self.task.sample(POOL, gen, name, cap, split="train")
+            # the proof that no row is held out rests on this, so check rather than trust
+            if bool(self.task._held(a, b, op).any()):
+                raise AssertionError("fallback pool holds a held-out problem")
+            self._pools[cap, mode] = tuple(x.to(self.device) for x in (a, b, op))
+        return self._pools[cap, mode]
+
+    def _plan(self, step: int) -> tuple[int, int, int]:
+        """(cap, carry rows, values rows) of one step's batch; the rest are uniform."""
+        cfg, B = self.cfg, self.cfg.batch_size
+        cap = self.cap_at(step) or self.task.n_digits
+        if cfg.sampling != "mixed":
+            return cap, B if cfg.sampling == "carry" else 0, B if cfg.sampling == "values" else 0
+        n_carry = int(round(B * carry_share(cfg, step)))  # the same counts as the stream's
+        return cap, n_carry, (B - n_carry) // 2
+
+    def problems(self, seeds: list[int], steps: list[int]) -> tuple[Tensor, Tensor, Tensor]:
+        """a, b, op, each (S, K, B) int64 on the device: member k's batch at steps[s]."""
+        B, R, dev = self.cfg.batch_size, CANDIDATES, self.device
+        per = max(1, PIECE_ROWS // (len(seeds) * B * R))  # steps per piece
+        parts = [self._piece(seeds, steps[i:i + per]) for i in range(0, len(steps), per)]
+        if not parts:
+            empty = torch.zeros(0, len(seeds), B, dtype=torch.int64, device=dev)
+            return empty, empty, empty
+        return tuple(torch.cat(p) for p in zip(*parts, strict=True))
+
+    def _piece(self, seeds: list[int], steps: list[int]) -> tuple[Tensor, Tensor, Tensor]:
+        B, R, dev = self.cfg.batch_size, CANDIDATES, self.device
+        S, K = len(steps), len(seeds)
+        plans = [self._plan(s) for s in steps]
+        keys = row_keys(torch.tensor(seeds, device=dev), torch.tensor(steps, device=dev),
+                        B, R)  # (S, K, B, R)
+        cap = torch.tensor([p[0] for p in plans], device=dev)[:, None, None]  # (S, 1, 1)
+        n_carry = torch.tensor([p[1] for p in plans], device=dev)[:, None, None]
+        n_values = torch.tensor([p[2] for p in plans], device=dev)[:, None, None]
+        # exact counts per batch at hashed positions: the rank of each row in a keyed shuffle
+        u = _Words(keys[..., 0]).at(_RANK_AT)() * B + torch.arange(B, device=dev)  # (S, K, B)
+        rank = u.argsort(dim=-1, stable=True).argsort(dim=-1, stable=True)
+        mode = torch.where(rank < n_carry, 2, torch.where(rank < n_carry + n_values, 1, 0))
+        used = frozenset(m for p in plans for m, c in ((2, p[1]), (1, p[2]), (0, B - p[1] - p[2]))
+                         if c)
+        cap = cap.expand(S, K, B)
+        if self.compact:
+            # candidate j only for the rows whose candidates 0..j-1 were all held out
+            out = [torch.empty(S * K * B, dtype=torch.int64, device=dev) for _ in range(3)]
+            rows = torch.arange(S * K * B, device=dev)
+            key_f, mode_f, cap_f = keys.reshape(-1, R), mode.reshape(-1), cap.reshape(-1)
+            for j in range(R):
+                a, b, op = draw(key_f[rows, j], mode_f[rows], cap_f[rows], self.task, used, True)
+                ok = ~self.task._held(a, b, op)
+                for o, x in zip(out, (a, b, op)):
+                    o[rows[ok]] = x[ok]
+                rows = rows[~ok]
+            if rows.numel():  # all R held out: the pool, as _fallback does for every row
+                pool = self._fallback(key_f[rows, 0], cap_f[rows], mode_f[rows], plans, used)
+                for o, x in zip(out, pool):
+                    o[rows] = x
+            return tuple(o.view(S, K, B) for o in out)
+        out = list(self._fallback(keys[..., 0], cap, mode, plans, used))  # (S, K, B) each
+        shape = (S, K, B, R)
+        a, b, op = draw(keys.reshape(-1), mode[..., None].expand(shape).reshape(-1),
+                        cap[..., None].expand(shape).reshape(-1), self.task, used, False)
+        held = self.task._held(a, b, op).view(shape)
+        a, b, op = (x.view(shape) for x in (a, b, op))
+        for j in reversed(range(R)):  # the first train-side candidate wins
+            ok = ~held[..., j]
+            out = [torch.where(ok, x[..., j], o) for x, o in zip((a, b, op), out)]
+        return out[0], out[1], out[2]
+
+    def _fallback(self, key: Tensor, cap: Tensor, mode: Tensor, plans: list[tuple[int, int, int]],
+                  used: frozenset[int]) -> tuple[Tensor, Tensor, Tensor]:
+        """Each row's fallback: an entry of its (cap, mode) pool picked by its key (any shape)."""
+        pick = _Words(key).at(_POOL_AT).below(POOL)
+        out = [torch.zeros_like(key) for _ in range(3)]
+        for cap_i in sorted({p[0] for p in plans}):
+            for m in used:
+                sel = (cap == cap_i) & (mode == m)
+                out = [torch.where(sel, torch.take(p, pick), o)
+                       for p, o in zip(self._pool(cap_i, m), out)]
+        return out[0], out[1], out[2]
+
+    def batches(self, seeds: list[int], steps: list[int]) -> tuple[Tensor, Tensor]:
+        """Encoded in one call for all S*K*B rows: tokens (S, K, B, T) uint8, answer mask
+        (S, K, B, T-1) bool. uint8 holds any vocabulary here (<= 16 ids) and moves 8x fewer
+        bytes than int64; the model's forward widens it, the loss's targets need .long()."""
+        a, b, op = self.problems(seeds, steps)
+        shape = a.shape
+        tokens, mask = self.task.encode(a.reshape(-1), b.reshape(-1), op.reshape(-1))
+        return (tokens.to(torch.uint8).view(*shape, -1), mask.view(*shape, -1))

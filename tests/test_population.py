@@ -1,0 +1,156 @@
+"""Population training: proposals with their own lr / decay / clip / warmup / seeds in one pack
+train each member as it trains alone; pack keys; per-proposal stopping and freezing; the
+vectorised per-member AdamW against torch.optim.AdamW."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+import arithsweep.core.train as train_mod
+from arithsweep.core.errors import ConfigError
+from arithsweep.core.overrides import build_configs
+from arithsweep.core.population import PackAdamW, pack_key, train_population
+from arithsweep.core.train import train
+
+# per-proposal hyperparameters: lr, weight decay, clip (0 = off), warmup, cosine floor, seed
+PROPOSALS = [dict(lr=1e-2, weight_decay=0.01, grad_clip=1.0, warmup=10, seed=0),
+             dict(lr=3e-3, weight_decay=0.3, grad_clip=0.0, warmup=0, seed=7, min_lr_ratio=0.5),
+             dict(lr=2e-2, weight_decay=0.0, grad_clip=0.3, warmup=30, seed=3, polish_lr=3e-4)]
+
+
+def _base(steps=60, **kw):
+    return build_configs("add2", None, None, {"d_model": 8, "n_heads": 1, "d_ff": 16,
+                                              "steps": steps, "eval_every": 20, "seeds": 2,
+                                              "batch_size": 32, "eval_size": 256,
+                                              "early_stop": False, **kw})
+
+
+def _assert_same_member(pack_state, single_state):
+    for name, v in single_state.items():
+        torch.testing.assert_close(pack_state[name], v, atol=2e-4, rtol=1e-3, msg=name)
+
+
+@pytest.mark.parametrize("recipe", [
+    {},
+    # restart, polish on mined errors, Grokfast and forced micro-batching, all in one pack
+    {"steps": 30, "restart_steps": 15, "polish_steps": 15, "eval_every": 15,
+     "polish_pool": 1000, "grokfast_alpha": 0.9, "grokfast_lambda": 1.0, "micro_batch": 48},
+], ids=["plain", "recipe"])
+def test_each_member_trains_as_it_does_alone(recipe):
+    task, m, base = _base(**recipe)
+    cfgs = [replace(base, **p) for p in PROPOSALS]
+    results = train_population(task, m, cfgs)
+    assert [r.train_cfg for r in results] == cfgs  # in order, one per proposal
+    for cfg, r in zip(cfgs, results):
+        single = train(task, m, cfg)
+        assert r.model.k == cfg.seeds and r.steps == single.steps
+        assert r.examples == single.examples == r.steps * cfg.seeds * cfg.batch_size
+        assert r.stop_reason == single.stop_reason == "step budget"
+        for i in range(cfg.seeds):
+            _assert_same_member(r.model.member_state(i), single.model.member_state(i))
+        assert [p.step for p in r.history] == [p.step for p in single.history]
+        for p, q in zip(r.history, single.history):
+            assert p.lr == q.lr and p.examples == q.examples
+            torch.testing.assert_close(p.loss, q.loss, atol=1e-4, rtol=1e-4)
+            # a borderline problem may flip with float-level weight differences, no more
+            assert max(abs(a - b) for a, b in zip(p.exact_match, q.exact_match)) <= 2 / 256
+        assert r.best_seed == single.best_seed or r.best_em == single.best_em
+    # different hyperparameters really trained differently (the test would be vacuous if not)
+    w = [r.model.member_state(0)["embed.weight"] for r in results]
+    assert not torch.allclose(w[0], w[1]) and not torch.allclose(w[0], w[2])
+
+
+def test_pack_keys_group_only_per_member_differences():
+    task, m, base = _base()
+    same = [replace(base, lr=1e-3, seed=5, seeds=3, warmup=0, weight_decay=0.5, target=0.5,
+                    grad_clip=0.0, time_budget=9.0, early_stop=True), base]
+    assert pack_key(m, same[0]) == pack_key(m, same[1])
+    for field, value in [("steps", 61), ("batch_size", 32), ("eval_every", 10),
+                         ("sampling", "uniform"), ("polish_steps", 5), ("device", "cpu")]:
+        other = replace(base, **{field: value})
+        if getattr(base, field) == value:
+            continue
+        assert pack_key(m, other) != pack_key(m, base), field
+        with pytest.raises(ConfigError, match=field):
+            train_population(task, m, [base, other])
+    assert pack_key(replace(m, d_ff=17), base) != pack_key(m, base)
+    with pytest.raises(ConfigError, match="no proposals"):
+        train_population(task, m, [])
+
+
+def test_a_stopped_proposal_stays_frozen_while_the_others_go_on():
+    task, m, base = _base(steps=60)
+    cfgs = [replace(base, **p) for p in PROPOSALS]
+    cfgs[2] = replace(cfgs[2], seeds=3)
+    at_stop, calls = {}, []
+
+    def on_eval(j, point, result):
+        calls.append((j, point.step))
+        if j == 1 and point.step == 20:
+            at_stop.update({i: result.model.member_state(i) for i in range(result.model.k)})
+            return True
+        return None
+
+    results = train_population(task, m, cfgs, on_eval=on_eval)
+    r0, r1, r2 = results
+    assert r1.steps == 20 and r1.stopped_early and r1.stop_reason == "stopped by caller"
+    assert [p.step for p in r1.history] == [20] and (1, 40) not in calls
+    assert r0.steps == r2.steps == 60 and r0.stop_reason == r2.stop_reason == "step budget"
+    assert [p.step for p in r2.history] == [20, 40, 60]
+    # examples count only each proposal's own members, and only while it ran
+    B = base.batch_size
+    assert (r0.examples, r1.examples, r2.examples) == (60 * 2 * B, 20 * 2 * B, 60 * 3 * B)
+    assert r2.history[-1].examples == r2.examples
+    for i, state in at_stop.items():
+        for name, v in r1.model.member_state(i).items():
+            assert torch.equal(v, state[name]), f"stopped proposal's {name} moved"
+    # the others trained on exactly as they do with nobody stopping beside them
+    alone = train(task, m, cfgs[2])
+    for i in range(3):
+        _assert_same_member(r2.model.member_state(i), alone.model.member_state(i))
+    assert r1.best_model().k == 1 and r2.best_seed < 3
+
+
+def test_pack_adamw_matches_torch_adamw_per_member():
+    torch.manual_seed(0)
+    K, lrs, wds = 3, [1e-2, 3e-3, 0.0], [0.1, 0.0, 0.5]
+    shapes = [(K, 4, 5), (K, 5), (K, 2, 3)]
+    ours = [torch.randn(s, requires_grad=True) for s in shapes]
+    start = [p.detach().clone() for p in ours]
+    opt = PackAdamW(ours, torch.tensor(wds), (0.9, 0.98))
+    grads = [[torch.randn(s) for s in shapes] for _ in range(5)]
+    for step_grads in grads:
+        for p, g in zip(ours, step_grads):
+            p.grad = g.clone()
+        opt.step(torch.tensor(lrs))
+    for i in range(K):  # member i alone under torch's AdamW, decay on matrices only
+        ref = [s[i:i + 1].clone().requires_grad_(True) for s in start]
+        groups = [{"params": [p for p in ref if p.dim() >= 3], "weight_decay": wds[i]},
+                  {"params": [p for p in ref if p.dim() < 3], "weight_decay": 0.0}]
+        topt = torch.optim.AdamW(groups, lr=lrs[i], betas=(0.9, 0.98), eps=1e-8)
+        for step_grads in grads:
+            for p, g in zip(ref, step_grads):
+                p.grad = g[i:i + 1].clone()
+            topt.step()
+        for p, r in zip(ours, ref):
+            torch.testing.assert_close(p.detach()[i:i + 1], r.detach(), atol=1e-6, rtol=1e-5)
+    for p, s in zip(ours, start):  # lr 0: exactly unmoved, decay and momentum included
+        assert torch.equal(p.detach()[2], s[2])
+
+
+def test_clip_is_per_member():
+    _, m, _ = _base()
+    from arithsweep.core.model import ArithTransformer
+
+    model = ArithTransformer(m, k=3)
+    for p in model.parameters():
+        p.grad = torch.randn_like(p) * 10
+    alive = torch.ones(3, dtype=torch.bool)
+    before = sum(p.grad.flatten(1).pow(2).sum(1) for p in model.parameters()).sqrt()
+    train_mod._clip_and_guard(model, torch.tensor([1.0, 0.0, 0.5]), alive)
+    norm = sum(p.grad.flatten(1).pow(2).sum(1) for p in model.parameters()).sqrt()  # (K,)
+    torch.testing.assert_close(norm, torch.stack([torch.tensor(1.0), before[1],
+                                                  torch.tensor(0.5)]), rtol=1e-4, atol=1e-4)
