@@ -59,3 +59,29 @@ def test_nothing_smaller_gives_no_moves():
              "model.tie_kv": True, "train.lr": 0.004}
     # d_ff 4 -> 0 would leave `activation` unreachable: not a valid one-key move
     assert shrink_moves(space, point, sizer) == []
+
+
+def test_a_new_incumbent_makes_its_shrink_moves_the_next_proposals(tmp_path):
+    """Real Optuna (SQLite): once a trial is the verified incumbent, the searcher's next
+    proposals are that trial one step smaller, with its training recipe."""
+    from arithsweep.search import run_settings
+    from arithsweep.search.searcher import ConstrainedOptunaSearch
+
+    space, sizer = load_space("tiny"), ProposalSizer({"task": "add3"})
+    search = ConstrainedOptunaSearch(
+        space.ray_define_by_run(), target=0.99, study_name="descend",
+        storage_url=f"sqlite:///{tmp_path / 'optuna.db'}", sizer=sizer, seed=0,
+        start=space.start)
+    state = run_settings.register("descend", run_settings.DriverState(trials=10, deadline=None))
+    try:
+        first = search.suggest("t1")  # the space's start point
+        assert sizer(first) == 325
+        state.verified["t1"] = {"trial_id": "t1", "qualifies": True, "params": 325}
+        state.incumbent = 325
+        expected = shrink_moves(space, search._optuna_params("t1"), sizer)
+        nxt = [search.suggest(f"t{i}") for i in (2, 3, 4)]
+        assert [sizer(c) for c in nxt] == [sizer(_full_config(space, m)) for m in expected]
+        for c in nxt:
+            assert sizer(c) < 325 and c["train.lr"] == first["train.lr"]
+    finally:
+        run_settings.unregister("descend")

@@ -23,7 +23,7 @@ from arithsweep.search.spaces import (
 )
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-SHIPPED = ("abacus", "adderboard", "tiny")
+SHIPPED = ("abacus", "adderboard", "sort", "tiny")
 
 
 def _write(tmp_path: Path, text: str, name: str = "myspace.yaml") -> Path:
@@ -375,7 +375,8 @@ def test_real_optuna_search_config_matches_suggest(tmp_path: Path) -> None:
     searcher.save(str(tmp_path / "searcher.pkl"))  # resumable: the space pickles
 
 
-@pytest.mark.parametrize("name, task", [("tiny", "add3"), ("adderboard", "add10")])
+@pytest.mark.parametrize("name, task", [("tiny", "add3"), ("adderboard", "add10"),
+                                        ("sort", "sort3")])
 def test_shipped_start_points_are_valid_models(name, task):
     """A space's start points are trained first to give the search an early incumbent: an
     invalid one would waste the search's first trial (n_heads must divide d_model, …)."""

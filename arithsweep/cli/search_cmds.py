@@ -69,6 +69,7 @@ def search(
     concurrency: int = typer.Option(None, "--concurrency", "-j", help="trials at once (default: as resources allow)"),
     cpus_per_trial: float = typer.Option(1.0, "--cpus-per-trial", help="CPUs per trial (fractions allowed)"),
     gpus_per_trial: float = typer.Option(None, "--gpus-per-trial", help="GPUs per trial, e.g. 0.25 (default 1 if the cluster has GPUs)"),
+    proposals_per_trial: int = typer.Option(None, "--proposals-per-trial", help="Optuna proposals of one shape trained together per trial (default 1 on CPU; 16 when each trial gets a whole GPU)"),
     time_budget: str = typer.Option(None, "--time-budget", help="wall time for the whole search, e.g. 30m"),
     trial_time: str = typer.Option(None, "--trial-time", help="wall time per trial, e.g. 90s (default: the space's)"),
     trial_steps: int = typer.Option(0, "--trial-steps", help="training steps per trial (default: the space's)"),
@@ -95,6 +96,7 @@ def search(
     opts = SearchOptions(
         task=task, target=target, space=space, trials=trials, concurrency=concurrency,
         cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial,
+        proposals_per_trial=proposals_per_trial,
         time_budget=parse_duration(time_budget, "--time-budget"),
         trial_time_budget=parse_duration(trial_time, "--trial-time"), trial_steps=trial_steps,
         address=address, name=name, resume=resume,
@@ -137,7 +139,9 @@ def _print_summary(s) -> None:
                   str(r.get("architecture") or ""))
     out.print(t)
     above = ", ".join(s.trained_above_incumbent) or "none"
-    out.print(f"{s.n_trials} trials trained ({s.n_feasible} reached the target, "
+    packed = (f" in {s.n_tune_trials} Tune trials of up to {s.largest_pack}"
+              if s.largest_pack > 1 else "")
+    out.print(f"{s.n_trials} proposals trained{packed} ({s.n_feasible} reached the target, "
               f"{s.n_errored} errored), {len(s.skipped)} proposals skipped untrained at or "
               f"above the incumbent, in {s.wall_time:.0f}s; trained at or above an existing "
               f"incumbent: {above}")

@@ -8,6 +8,10 @@ or larger is trained (told to Optuna untrained, shown as skipped) and running tr
 no smaller are stopped. Trials stop on their own curve (plateau, budget, reached), never
 because a bigger model is ahead; near misses earn a second round of seeds. Every trial is an
 MLflow run; the summary lists stop reasons, skipped proposals and per-architecture success.
+With `proposals_per_trial` P > 1 (the default on a GPU machine, see
+`options.resources_per_trial`) each Tune trial is a pack of up to P proposals of one shape
+trained as one population (`arithsweep.search.packs`); every proposal stays its own Optuna
+trial, MLflow run, verification candidate and summary row.
 
     from arithsweep.search.driver import SearchOptions, run_search
     print(run_search(SearchOptions(task="add2", target=0.9, space="tiny", trials=8)).best)
@@ -202,13 +206,13 @@ def _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri, experime
     from ray.tune.stopper import CombinedStopper
 
     from arithsweep.search import incumbent, live, run_settings, searcher, tracking
+    from arithsweep.search.options import resources_per_trial
+    from arithsweep.search.packs import PackKeyer
     from arithsweep.search.trainable import run_trial
     from arithsweep.search.trial import CONST_KEY, ProposalSizer, describe_trial
 
     avail = ray.cluster_resources()
-    gpus = opts.gpus_per_trial
-    if gpus is None:
-        gpus = 1.0 if avail.get("GPU", 0) >= 1 else 0.0
+    gpus, per_trial = resources_per_trial(opts, avail.get("GPU", 0))
     fits = int(avail.get("CPU", 1) // opts.cpus_per_trial) or 1
     if gpus:
         fits = min(fits, int(avail.get("GPU", 0) // gpus) or 1)
@@ -230,7 +234,8 @@ def _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri, experime
              "near_miss": opts.near_miss}
     search = searcher.ConstrainedOptunaSearch(
         space.ray_define_by_run(), target=target, study_name=name, storage_url=optuna_url,
-        sizer=ProposalSizer(const), seed=opts.seed, start=space.start)
+        sizer=ProposalSizer(const), seed=opts.seed, start=space.start,
+        proposals=per_trial, keyer=PackKeyer(const))
     # No multi-fidelity scheduler: a trial stops on its own curve (see trainable); from
     # outside only the incumbent (a verified model no larger) or the deadline stops it.
     callbacks = [tracking.MlflowTrialCallback(name, mlflow_uri, experiment_id, parent_run,
@@ -297,7 +302,9 @@ def _finish(opts, name, sdir, task, target, results, mlflow_uri, experiment_id, 
         mlflow_experiment_id=experiment_id, study_storage=optuna_url, study_name=name,
         skipped=state.skipped, incumbent=state.incumbent,
         trained_above_incumbent=sorted(state.trained_above),
-        architectures=architecture_rates(rows), trials=rows)
+        architectures=architecture_rates(rows), trials=rows,
+        n_tune_trials=len({r["tune_trial_id"] for r in rows}),
+        largest_pack=max((r["pack_size"] for r in rows), default=1))
 
 
 def _first_line(exc: BaseException) -> str:

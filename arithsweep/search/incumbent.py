@@ -65,16 +65,25 @@ def verify_candidate(name: str, sdir: Path, target: float, candidate: dict) -> d
 
 
 class VerifyCallback(tune.Callback):
-    """Verifies each trial that completes at or above the target, on the driver."""
+    """Verifies each proposal that completes at or above the target, on the driver (every
+    proposal of a pack that reached it, each from its own best checkpoint)."""
 
     def __init__(self, name: str, sdir: str, target: float) -> None:
         self._name, self._sdir, self._target = name, sdir, float(target)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        last = trial.last_result or {}
-        if float(last.get("best_em", 0.0) or 0.0) < self._target or trial.checkpoint is None:
+        from arithsweep.search import packs
+
+        if trial.checkpoint is None:
             return
-        verify_candidate(self._name, Path(self._sdir), self._target, {
-            "trial_id": trial.trial_id, "params": int(last.get("params", 0) or 0),
-            "train_em": float(last.get("best_em")),
-            "checkpoint": os.path.join(trial.checkpoint.path, "best")})
+        config = trial.config or {}
+        pack = packs.is_pack(config)
+        for j, pid in enumerate(packs.proposal_ids(trial.trial_id, config)):
+            last = packs.proposal_result(trial.last_result, j, pack)
+            path = os.path.join(trial.checkpoint.path, f"p{j}" if pack else "", "best")
+            if float(last.get("best_em", 0.0) or 0.0) < self._target or (
+                    pack and not os.path.isdir(path)):
+                continue
+            verify_candidate(self._name, Path(self._sdir), self._target, {
+                "trial_id": pid, "params": int(last.get("params", 0) or 0),
+                "train_em": float(last.get("best_em")), "checkpoint": path})

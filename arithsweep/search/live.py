@@ -3,7 +3,9 @@
 `LiveCallback` (a Tune callback, pickled with the experiment: keep it in this importable
 module) turns trial start / result / completion / error into plain event dicts and hands them
 to the `on_update` function registered for the search (`arithsweep.search.run_settings`); the
-CLI draws its Rich live table from them. Not run directly.
+CLI draws its Rich live table from them. Events are per proposal: a pack (a Tune trial training
+several proposals, `arithsweep.search.packs`) gives one event per proposal, with the proposal
+id as `trial_id` and the Tune trial as `tune_trial_id`. Not run directly.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 
 from ray import tune
 
-from arithsweep.search import run_settings
+from arithsweep.search import packs, run_settings
 from arithsweep.search.tracking import error_line
 
 
@@ -47,23 +49,35 @@ class LiveCallback(tune.Callback):
         event["params"] = event.get("params") or params
         run_settings.emit(self._name, event)
 
+    def _each(self, event: str, status: str, trial, result: dict | None = None,
+              only_reported: bool = False, **extra) -> list[tuple[str, dict]]:
+        """Emit one event per proposal of the trial; returns (proposal id, event) pairs."""
+        config = trial.config or {}
+        pack = packs.is_pack(config)
+        whole = result if result is not None else (trial.last_result or {})
+        out = []
+        for j, pid in enumerate(packs.proposal_ids(trial.trial_id, config)):
+            if only_reported and pack and not packs.reported(whole, j):
+                continue  # this proposal had stopped before this report
+            e = trial_event(event, status, trial, packs.proposal_result(whole, j, pack))
+            e.update(trial_id=pid, tune_trial_id=trial.trial_id, **extra)
+            self._emit(e, trial)
+            out.append((pid, e))
+        return out
+
     def on_trial_start(self, iteration, trials, trial, **info):
-        event = trial_event("start", "running", trial, {})
-        self._emit(event, trial)
         s = run_settings.state_of(self._name)
-        if s is not None and event.get("params"):
-            s.note_start(trial.trial_id, int(event["params"]))
+        for pid, event in self._each("start", "running", trial, {}):
+            if s is not None and event.get("params"):
+                s.note_start(pid, int(event["params"]))
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        self._emit(trial_event("result", "running", trial, result), trial)
+        self._each("result", "running", trial, result, only_reported=True)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        event = trial_event("complete", "done", trial)
         s = run_settings.state_of(self._name)
-        if s is not None and trial.trial_id in s.stop_reasons:
-            event["stop_reason"] = s.stop_reasons[trial.trial_id]
-        self._emit(event, trial)
+        reason = s.stop_reasons.get(trial.trial_id) if s is not None else None
+        self._each("complete", "done", trial, **({"stop_reason": reason} if reason else {}))
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        self._emit({**trial_event("error", "error", trial), "error": error_line(trial)},
-                   trial)
+        self._each("error", "error", trial, error=error_line(trial))

@@ -19,7 +19,9 @@ class SearchOptions:
     task: str | None = None  # required for a new search; taken from search.json on resume
     target: float | None = None  # exact match to reach, in (0, 1]; default 0.99
     space: str = "tiny"  # shipped space name or path to a YAML file
-    trials: int = 20  # total trials (on resume: the new total, counting the earlier ones)
+    # total Tune trials, each up to proposals_per_trial proposals (on resume: the new total,
+    # counting the earlier ones)
+    trials: int = 20
     concurrency: int | None = None  # max trials at once; default: as many as resources allow
     cpus_per_trial: float = 1.0
     gpus_per_trial: float | None = None  # fractions allowed; default 1 if the cluster has GPUs
@@ -46,6 +48,11 @@ class SearchOptions:
     extra_rounds: int = 1  # rounds a near miss earns (each: twice the seeds and the steps)
     near_miss: float = 0.25  # a round within this of the target is a near miss
     max_failures: int = 0  # retries of a crashed trial (0: record it failed and go on)
+    # --proposals-per-trial: Optuna proposals of one shape trained together as one population
+    # in each Tune trial (see arithsweep.search.packs). None: 1 on CPU (one proposal per
+    # trial, as without packs); on a GPU machine with --gpus-per-trial not given, one trial
+    # per GPU holding GPU_PROPOSALS proposals, so that a tiny model fills the GPU.
+    proposals_per_trial: int | None = None
     fail_when: dict | None = None  # testing only: raise in trials whose config matches
 
     def __post_init__(self) -> None:
@@ -61,9 +68,10 @@ class SearchOptions:
                  f"{f}={v!r}: must be in (0, 1]")
         for f, lo in (("trials", 1), ("concurrency", 1), ("trial_steps", 0), ("num_cpus", 1),
                       ("n_verify", 0), ("patience", 1), ("extra_rounds", 0),
-                      ("max_failures", 0), ("max_params", 1)):
+                      ("max_failures", 0), ("max_params", 1), ("proposals_per_trial", 1)):
             v = getattr(self, f)
-            need(v is None and f in ("concurrency", "num_cpus", "max_params") or (
+            need(v is None and f in ("concurrency", "num_cpus", "max_params",
+                                     "proposals_per_trial") or (
                 isinstance(v, int) and not isinstance(v, bool) and v >= lo),
                 f"{f}={v!r}: must be a whole number >= {lo}")
         for f in ("cpus_per_trial", "gpus_per_trial", "time_budget", "trial_time_budget"):
@@ -79,6 +87,26 @@ class SearchOptions:
              f"near_miss={self.near_miss!r}: must be in [0, 1]")
         need(not (self.name and self.resume and self.name != self.resume),
              "give either --name (new search) or --resume (existing one), not both")
+
+
+GPU_PROPOSALS = 16  # default proposals per trial when each trial gets a whole GPU
+
+
+def resources_per_trial(opts: SearchOptions, cluster_gpus: float) -> tuple[float, int]:
+    """(GPUs per trial, proposals per trial): the one place the GPU defaults are chosen.
+
+    Without --gpus-per-trial, a cluster with GPUs gives each trial one whole GPU, and then
+    (without --proposals-per-trial) GPU_PROPOSALS proposals per trial: tiny models are
+    launch-bound, so one big population per GPU beats many small trials sharing it. On CPU
+    (or with an explicit GPU share) a trial is one proposal unless asked otherwise."""
+    gpus = opts.gpus_per_trial
+    whole_gpu = gpus is None and cluster_gpus >= 1
+    if gpus is None:
+        gpus = 1.0 if whole_gpu else 0.0
+    proposals = opts.proposals_per_trial
+    if proposals is None:
+        proposals = GPU_PROPOSALS if whole_gpu else 1
+    return float(gpus), int(proposals)
 
 
 @dataclass
@@ -102,8 +130,10 @@ class SearchSummary:
     mlflow_experiment_id: str
     study_storage: str
     study_name: str
-    trials: list[dict] = field(default_factory=list)
+    trials: list[dict] = field(default_factory=list)  # one row per proposal
     wall_time: float = 0.0
+    n_tune_trials: int = 0  # Ray Tune trials (packs); n_trials counts proposals
+    largest_pack: int = 1  # most proposals one Tune trial trained together
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

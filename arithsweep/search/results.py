@@ -1,7 +1,9 @@
 """What a finished search's trials did, read back on the driver as plain dicts.
 
-`trial_rows` turns Tune's ResultGrid into one dict per trial (size, best exact match, why it
-stopped, seeds that reached the target out of seeds trained, its best checkpoint);
+`trial_rows` turns Tune's ResultGrid into one dict per proposal (size, best exact match, why
+it stopped, seeds that reached the target out of seeds trained, its best checkpoint): a Tune
+trial is one proposal, or a pack of several (see `arithsweep.search.packs`), and the summary
+counts proposals, since each is its own Optuna trial and MLflow run;
 `architecture_rates` groups them by architecture into success rates; `close_unreported`
 fails the Optuna trials and MLflow runs that the search deadline cut off unreported.
 Not run directly; `arithsweep.search.driver` calls them when the fit is over.
@@ -12,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from arithsweep.search import tracking
+from arithsweep.search import packs, tracking
 from arithsweep.search.trial import CONST_KEY
 
 
@@ -22,24 +24,34 @@ def trial_rows(results: Any, target: float,
     (the last result carries the trial's running best_em; the kept checkpoint is its best)."""
     rows = []
     for r in results:
-        m, errored = r.metrics or {}, r.error is not None
-        best_em = float(m.get("best_em", 0.0) or 0.0)
-        ckpt = os.path.join(r.checkpoint.path, "best") if r.checkpoint is not None else None
-        rows.append({
-            # a trial that died before its first report has no trial_id: use its directory
-            "trial_id": m.get("trial_id") or os.path.basename(r.path).removeprefix("trial_"),
-            "params": int(m.get("params", 0) or 0), "best_em": best_em, "step": m.get("step"),
-            "errored": errored, "invalid_config": bool(m.get("invalid_config")),
-            "error": str(r.error).strip().splitlines()[-1][:300] if errored else None,
-            "feasible": not errored and best_em >= target and ckpt is not None,
-            "checkpoint": ckpt, "path": r.path,
-            "config": {k: v for k, v in (r.config or {}).items() if k != CONST_KEY},
-            "architecture": _architecture(r.config or {}),
-            "stop_reason": _stop_reason(m, errored, (stop_reasons or {}).get(
-                m.get("trial_id") or os.path.basename(r.path).removeprefix("trial_"))),
-            "rounds": int(m.get("rounds", 1) or 1),
-            "seeds_trained": int(m.get("seeds_trained", 0) or 0),
-            "seeds_reached": int(m.get("seeds_reached", 0) or 0)})
+        errored, config = r.error is not None, r.config or {}
+        # a trial that died before its first report has no trial_id: use its directory
+        tune_id = (r.metrics or {}).get("trial_id") or os.path.basename(r.path).removeprefix(
+            "trial_")
+        pack = packs.is_pack(config)
+        items = packs.proposals_of(config)
+        arch = _architecture(config)  # one shape per pack
+        for j, (pid, item) in enumerate(zip(packs.proposal_ids(tune_id, config), items)):
+            m = packs.proposal_result(r.metrics, j, pack)
+            best_em = float(m.get("best_em", 0.0) or 0.0)
+            ckpt = None
+            if r.checkpoint is not None:
+                ckpt = os.path.join(r.checkpoint.path, f"p{j}" if pack else "", "best")
+                ckpt = ckpt if not pack or os.path.isdir(ckpt) else None
+            rows.append({
+                "trial_id": pid, "tune_trial_id": tune_id, "pack_size": len(items),
+                "params": int(m.get("params", 0) or 0), "best_em": best_em,
+                "step": m.get("step"), "errored": errored,
+                "invalid_config": bool(m.get("invalid_config")),
+                "error": str(r.error).strip().splitlines()[-1][:300] if errored else None,
+                "feasible": not errored and best_em >= target and ckpt is not None,
+                "checkpoint": ckpt, "path": r.path,
+                "config": {k: v for k, v in item.items() if k not in (CONST_KEY, packs.PROPOSALS)},
+                "architecture": arch,
+                "stop_reason": _stop_reason(m, errored, (stop_reasons or {}).get(tune_id)),
+                "rounds": int(m.get("rounds", 1) or 1),
+                "seeds_trained": int(m.get("seeds_trained", 0) or 0),
+                "seeds_reached": int(m.get("seeds_reached", 0) or 0)})
     return rows
 
 
@@ -79,19 +91,20 @@ def architecture_rates(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def close_unreported(rows: list[dict], optuna_url: str, name: str, mlflow_uri: str,
                      experiment_id: str) -> None:
     """Driver side: trials the search deadline cut off are not always told to the searcher by
-    Tune (never before their first report, and under load not even after one): fail every
-    Optuna trial of this run still RUNNING once the fit is over, and close its MLflow run."""
+    Tune (never before their first report, and under load not even after one), and a pack
+    search may hold proposals asked but never assigned to a trial: once the fit is over no
+    Optuna trial can still be running, so fail every one still RUNNING, and close the MLflow
+    runs of those that were training."""
     import optuna
 
-    ours = {r["trial_id"] for r in rows if not r["errored"]}
-    if not ours:
-        return
     study = optuna.load_study(study_name=name, storage=optuna_url)
+    by_number = {r["config"].get(packs.TRIAL_NUMBER): r["trial_id"] for r in rows
+                 if not r["errored"]}
     silent = set()
     for t in study.get_trials(states=(optuna.trial.TrialState.RUNNING,)):
-        if t.user_attrs.get("tune_trial_id") in ours:
-            study.tell(t.number, state=optuna.trial.TrialState.FAIL)
-            silent.add(t.user_attrs["tune_trial_id"])
+        study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+        if t.number in by_number:
+            silent.add(by_number[t.number])
     if not silent:
         return
     client = tracking.mlflow_client(mlflow_uri)

@@ -7,6 +7,20 @@ far, or `--max-params`) is told to Optuna at once, as an infeasible trial of tha
 sampler learns the region is useless, and it costs no trial time. `BudgetedSearchGenerator`
 lets a resumed search ask for more trials than the first launch did.
 
+Packs (`proposals_per_trial` P > 1, see `arithsweep.search.packs`): one Tune trial trains up
+to P proposals of one shape together. Design: ask Optuna once for a full proposal (it fixes
+the shape), then ask P-1 more with every non-per-member parameter pinned to the first one's
+values (`study.enqueue_trial(fixed)` right before `study.ask()`, Optuna's own "fixed_params"
+mechanism), so only the per-member hyperparameters (lr, warmup, weight decay, clip, seeds)
+vary and TPE still chooses them. Asking P free proposals and grouping equal shapes was
+rejected: TPE samples architectures freely, so most packs would hold one proposal. Every
+asked Optuna trial is told exactly once: a proposal at or above the bound is told at once
+(skipped); a proposal that still does not share the pack key (a conditional space, an invalid
+combination) waits in `_pending` and starts a later trial; pack members are told one by one
+from the pack's result (FAIL when the Tune trial errors); start points are trained alone (a
+waiting start point would be popped by the next ask instead of the pinned proposal); and
+whatever is left RUNNING when the fit ends is failed by `results.close_unreported`.
+
 Both are pickled by Tune into the experiment state (keep them in this importable module, or a
 resume cannot unpickle them); run-time settings come from `arithsweep.search.run_settings`.
 Not run directly; `arithsweep.search.driver.run_search` wires them together.
@@ -22,12 +36,12 @@ import optuna
 from ray.tune.search import ConcurrencyLimiter, Searcher, SearchGenerator
 from ray.tune.search.optuna import OptunaSearch
 
-from arithsweep.search import run_settings
+from arithsweep.search import packs, run_settings
+from arithsweep.search.packs import PROPOSALS, TRIAL_NUMBER
 
 log = logging.getLogger(__name__)
 
 CONSTRAINT = "exact_match"  # Optuna constraint name: target - best_em, feasible when <= 0
-TRIAL_NUMBER = "trial_number"  # key added to each trial config: the Optuna trial number
 MAX_SKIPS = 200  # proposals in a row above the bound before the space counts as exhausted
 
 
@@ -43,11 +57,16 @@ class ConstrainedOptunaSearch(OptunaSearch):
 
     def __init__(self, space: Callable, target: float, study_name: str, storage_url: str,
                  sizer: Callable[[dict], int], seed: int | None = None,
-                 start: list[dict] | None = None) -> None:
+                 start: list[dict] | None = None, proposals: int = 1,
+                 keyer: Callable[[dict], tuple | None] | None = None) -> None:
         self._target = float(target)
         self._name = study_name
         self._sizer = sizer
         self._last: dict[str, dict[str, float]] = {}  # tune trial id -> latest params/best_em
+        self._per_trial = max(1, int(proposals))  # P: proposals per Tune trial
+        self._keyer = keyer  # proposal config -> pack key (None: invalid config)
+        self._packs: dict[str, list] = {}  # tune trial id -> its Optuna trials (packs of 2+)
+        self._pending: list[tuple] = []  # (optuna trial, config): asked, not yet in a trial
         storage = optuna.storages.RDBStorage(
             storage_url, engine_kwargs={"connect_args": {"timeout": 60}})
         super().__init__(space=space, metric="params", mode="min", study_name=study_name,
@@ -57,6 +76,9 @@ class ConstrainedOptunaSearch(OptunaSearch):
                 self._ot_study.enqueue_trial(point, skip_if_exists=True)
 
     def suggest(self, trial_id: str) -> dict | None:
+        self._descend(run_settings.state_of(self._name))
+        if self._per_trial > 1 and self._keyer is not None:
+            return self._suggest_pack(trial_id)
         state = run_settings.state_of(self._name)
         for _ in range(MAX_SKIPS):
             config = super().suggest(trial_id)
@@ -78,9 +100,117 @@ class ConstrainedOptunaSearch(OptunaSearch):
                     self._name, MAX_SKIPS)
         return Searcher.FINISHED
 
+    def _descend(self, state: run_settings.DriverState | None) -> None:
+        """Enqueue the shrink moves of each new verified incumbent (arithsweep.search.shrink):
+        the next proposals are the incumbent one step smaller, with its training recipe."""
+        from arithsweep.search.shrink import shrink_moves
+
+        space = getattr(self._space, "space", None)
+        if (state is None or state.incumbent is None or state.frontier or space is None
+                or getattr(self, "_descended", None) == state.incumbent):
+            return
+        self._descended = state.incumbent
+        best = [v for v in state.verified.values()
+                if v.get("qualifies") and int(v.get("params", 0)) == state.incumbent]
+        point = self._optuna_params(str(best[0]["trial_id"])) if best else None
+        for move in shrink_moves(space, point, self._sizer) if point else []:
+            self._ot_study.enqueue_trial(move, skip_if_exists=True)
+        log.info("search %s: incumbent %s p; queued its shrink moves", self._name,
+                 state.incumbent)
+
+    def _optuna_params(self, proposal_id: str) -> dict | None:
+        """The Optuna params of a proposal (a Tune trial id, or `<id>.p<j>` in a pack)."""
+        tune_id, _, j = proposal_id.partition(".p")
+        for t in self._ot_study.get_trials(deepcopy=False):
+            if t.user_attrs.get("tune_trial_id") == tune_id and (
+                    not j or t.user_attrs.get("pack_index") == int(j)):
+                return dict(t.params)
+        return None
+
+    # ---- packs: up to P proposals of one shape per Tune trial -------------------------
+
+    def _ask(self) -> tuple:
+        """One new Optuna trial and its flat config (OptunaSearch's define-by-run path)."""
+        ot_trial = self._ot_study.ask()
+        return ot_trial, dict(self._suggest_from_define_by_run_func(self._space, ot_trial))
+
+    def _suggest_pack(self, trial_id: str) -> dict | None:
+        state = run_settings.state_of(self._name)
+        for _ in range(MAX_SKIPS):
+            ot_trial, config = self._pending.pop(0) if self._pending else self._ask()
+            params = int(self._sizer(config))
+            bound = state.bound() if state is not None else math.inf
+            if params and params >= bound:
+                self._skip(trial_id, ot_trial, config, params, state)
+                continue
+            members = [(ot_trial, config)]
+            shape = self._keyer(config) if params else None
+            # A waiting start point would be popped by the next ask instead of the pinned
+            # proposal, so start points (and invalid samples) are trained alone.
+            if shape is not None and not self._ot_study.get_trials(
+                    deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+                fixed = {k: v for k, v in ot_trial.params.items()
+                         if not packs.per_member_param(k)}
+                for _ in range(self._per_trial - 1):
+                    self._ot_study.enqueue_trial(fixed)
+                    other = self._ask()
+                    # same key: same shape and shared settings, so the same size too
+                    (members if self._keyer(other[1]) == shape else self._pending).append(other)
+            for j, (t, _) in enumerate(members):
+                t.set_user_attr("tune_trial_id", trial_id)
+                t.set_user_attr("params", params)
+                if len(members) > 1:
+                    t.set_user_attr("pack_index", j)
+            if len(members) == 1:
+                self._ot_trials[trial_id] = ot_trial  # the single-proposal path from here on
+                return {**config, TRIAL_NUMBER: ot_trial.number}
+            self._packs[trial_id] = [t for t, _ in members]
+            items = [{**c, TRIAL_NUMBER: t.number} for t, c in members]
+            # the top level repeats the first proposal, so shape-only readers need no change
+            return {**items[0], PROPOSALS: items}
+        log.warning("search %s: %d proposals in a row were at or above the bound; stopping",
+                    self._name, MAX_SKIPS)
+        return Searcher.FINISHED
+
+    def _tell_pack(self, trial_id: str, result: dict | None, error: bool) -> None:
+        """Tell each proposal of a pack its own result, exactly once."""
+        seen = {**self._last.pop(trial_id, {}), **(result or {})}
+        for j, ot_trial in enumerate(self._packs.pop(trial_id)):
+            mine = packs.proposal_result(seen, j)
+            val = mine.get("params")
+            violation = self._violation(mine, error)
+            try:
+                ot_trial.set_constraint(CONSTRAINT, violation)
+                ot_trial.set_user_attr("best_em", float(mine.get("best_em", 0.0) or 0.0))
+                ot_trial.set_user_attr("errored", bool(error))
+                if error or val is None:
+                    state = (optuna.trial.TrialState.FAIL if error
+                             else optuna.trial.TrialState.PRUNED)
+                    self._ot_study.tell(ot_trial, state=state)
+                else:
+                    self._ot_study.tell(ot_trial, float(val))
+            except Exception as exc:  # a storage hiccup must not end the search
+                log.warning("could not tell proposal %s of %s: %s", ot_trial.number,
+                            trial_id, exc)
+        self._completed_trials.add(trial_id)
+
+    def _violation(self, seen: dict, error: bool) -> float:
+        """Optuna constraint value: target - best exact match, > 0 when infeasible."""
+        best_em = float(seen.get("best_em", 0.0) or 0.0)
+        if math.isnan(best_em):
+            best_em = 0.0
+        violation = self._target - best_em
+        if error:  # infeasible whatever it reached before it died
+            violation = max(violation, 1e-9)
+        if seen.get("invalid_config"):
+            # Worse than any trained trial: TPE ranks infeasible trials by violation.
+            violation = self._target + 1.0
+        return violation
+
     def _skip(self, trial_id, ot_trial, config, params, state) -> None:
         """Tell Optuna a proposal that cannot win without training it."""
-        self._ot_trials.pop(trial_id, None)
+        if self._ot_trials.get(trial_id) is ot_trial:
+            self._ot_trials.pop(trial_id, None)
         try:
             ot_trial.set_user_attr("skipped", True)
             ot_trial.set_user_attr("params", params)
@@ -97,24 +227,27 @@ class ConstrainedOptunaSearch(OptunaSearch):
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         # Remember the latest numbers: an errored trial's completion carries no result.
+        if trial_id in self._packs:  # no intermediate values: nothing prunes packs
+            self._last[trial_id] = {k: v for k, v in result.items() if k == "params"
+                                    or k.endswith(("/best_em", "invalid_config"))}
+            return
         self._last[trial_id] = {k: result[k] for k in ("params", "best_em", "invalid_config")
                                 if k in result}
         super().on_trial_result(trial_id, result)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None,
                           error: bool = False) -> None:
+        if trial_id in self._packs:
+            if trial_id not in self._completed_trials:
+                self._tell_pack(trial_id, result, error)
+            return
         ot_trial = self._ot_trials.get(trial_id)
         if ot_trial is not None and trial_id not in self._completed_trials:
             seen = {**self._last.get(trial_id, {}), **(result or {})}
             best_em = float(seen.get("best_em", 0.0) or 0.0)
             if math.isnan(best_em):
                 best_em = 0.0
-            violation = self._target - best_em
-            if error:  # infeasible whatever it reached before it died
-                violation = max(violation, 1e-9)
-            if seen.get("invalid_config"):
-                # Worse than any trained trial: TPE ranks infeasible trials by violation.
-                violation = self._target + 1.0
+            violation = self._violation(seen, error)
             try:
                 ot_trial.set_constraint(CONSTRAINT, violation)
                 ot_trial.set_user_attr("best_em", best_em)
@@ -128,7 +261,11 @@ class ConstrainedOptunaSearch(OptunaSearch):
         super().restore(checkpoint_path)
         # A search killed between Optuna's ask() and Tune's next state save leaves RUNNING
         # Optuna trials that no Tune trial owns; fail them so the study stays truthful.
+        # Proposals that were pending at the last save may have been used since: fail them
+        # all rather than tell one twice (a new ask replaces them).
+        self._pending = []
         owned = {t.number for t in self._ot_trials.values()}
+        owned |= {t.number for members in self._packs.values() for t in members}
         for frozen in self._ot_study.get_trials(deepcopy=False,
                                                 states=(optuna.trial.TrialState.RUNNING,)):
             if frozen.number not in owned:

@@ -1,10 +1,13 @@
-"""MLflow for a search, driver side only: one run per trial under the search's parent run.
+"""MLflow for a search, driver side only: one run per proposal under the search's parent run.
 
 `MlflowTrialCallback` (a Tune callback, pickled with the experiment: keep it in this importable
-module) logs each trial's params, its metric curves (step = training step), the best
-checkpoint as an artifact and FINISHED / FAILED; the `mlflow_*` functions create the database,
-experiment and parent run before any trial starts (trials racing to create a fresh SQLite
-schema is a known failure), tag verified runs and close the search. Workers never touch MLflow.
+module) logs each proposal's params, its metric curves (step = training step), its stop reason
+and seeds reached, the best checkpoint as an artifact and FINISHED / FAILED. A Tune trial is
+one proposal or a pack of several (`arithsweep.search.packs`): each proposal is its own Optuna
+trial and so its own run, tagged with its Tune trial and its place in the pack. The
+`mlflow_*` functions create the database, experiment and parent run before any trial starts
+(trials racing to create a fresh SQLite schema is a known failure), tag verified runs and
+close the search. Workers never touch MLflow.
 Not run directly; `arithsweep.search.driver.run_search` wires it in. To look at the runs:
 `arithsweep ui`.
 """
@@ -19,10 +22,15 @@ from pathlib import Path
 
 from ray import tune
 
+from arithsweep.search import packs
+
 log = logging.getLogger(__name__)
 
 TAG_SEARCH = "arithsweep.search"
-TAG_TRIAL = "arithsweep.trial_id"
+TAG_TRIAL = "arithsweep.trial_id"  # the proposal id (the Tune trial id unless in a pack)
+TAG_TUNE_TRIAL = "arithsweep.tune_trial_id"  # the Tune trial (pack) that trained it
+TAG_NUMBER = "arithsweep.optuna_trial"  # its Optuna trial number
+TAG_PACK = "arithsweep.pack"  # "<index>/<pack size>"
 TAG_KIND = "arithsweep.kind"  # "trial" or "search" (the parent/summary run)
 
 
@@ -65,27 +73,37 @@ class MlflowTrialCallback(tune.Callback):
     def set_state(self, state: dict) -> None:
         self._runs.update(state.get("runs", {}))
 
-    def _run_for(self, trial) -> str:
-        run_id = self._runs.get(trial.trial_id)
+    def _run_for(self, trial, j: int = 0) -> str:
+        """The MLflow run of proposal j of a Tune trial (created with its params if new)."""
+        config = trial.config or {}
+        pid = packs.proposal_ids(trial.trial_id, config)[j]
+        run_id = self._runs.get(pid)
         if run_id is not None:
             return run_id
-        # A search killed before Tune saved this callback's state: find the trial's run by
+        # A search killed before Tune saved this callback's state: find the proposal's run by
         # its tags instead of opening a second one (the resumed trial retrains into it).
         found = self.client.search_runs([self._experiment_id], max_results=1, filter_string=(
-            f"tags.`{TAG_SEARCH}` = '{self._name}' and tags.`{TAG_TRIAL}` = '{trial.trial_id}'"))
+            f"tags.`{TAG_SEARCH}` = '{self._name}' and tags.`{TAG_TRIAL}` = '{pid}'"))
         if found:
-            self._runs[trial.trial_id] = found[0].info.run_id
+            self._runs[pid] = found[0].info.run_id
             return found[0].info.run_id
+        item = packs.proposals_of(config)[j]
+        n = len(packs.proposals_of(config))
         run = self.client.create_run(
-            self._experiment_id, run_name=f"{self._name}/{trial.trial_id}",
-            tags={TAG_SEARCH: self._name, TAG_TRIAL: trial.trial_id, TAG_KIND: "trial",
+            self._experiment_id, run_name=f"{self._name}/{pid}",
+            tags={TAG_SEARCH: self._name, TAG_TRIAL: pid, TAG_KIND: "trial",
+                  TAG_TUNE_TRIAL: trial.trial_id, TAG_PACK: f"{j}/{n}",
+                  TAG_NUMBER: str(item.get(packs.TRIAL_NUMBER, "")),
                   "mlflow.parentRunId": self._parent})
         run_id = run.info.run_id
-        self._runs[trial.trial_id] = run_id
+        self._runs[pid] = run_id
         from mlflow.entities import Param
-        params = self._describe(trial.config)
+        params = self._describe(item)
         self.client.log_batch(run_id, params=[Param(k, v) for k, v in params.items()])
         return run_id
+
+    def _proposals(self, trial) -> range:
+        return range(len(packs.proposals_of(trial.config or {})))
 
     def _safe(self, what: str, fn, *args) -> None:
         try:
@@ -94,21 +112,26 @@ class MlflowTrialCallback(tune.Callback):
             log.warning("mlflow %s failed: %s", what, exc)
 
     def on_trial_start(self, iteration, trials, trial, **info):
-        self._safe("create_run", self._run_for, trial)
+        for j in self._proposals(trial):
+            self._safe("create_run", self._run_for, trial, j)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         self._safe("log_metrics", self._log_result, trial, result)
 
     def _log_result(self, trial, result: dict) -> None:
         from mlflow.entities import Metric
-        run_id = self._run_for(trial)
-        step = int(result.get("step", result.get("training_iteration", 0)) or 0)
+        pack = packs.is_pack(trial.config)
         now = int(time.time() * 1000)
-        metrics = [Metric(k, float(v), now, step) for k, v in result.items()
-                   if (k in self.METRICS or k.startswith(("em_seed", "loss_seed")))
-                   and isinstance(v, (int, float)) and math.isfinite(float(v))]
-        if metrics:
-            self.client.log_batch(run_id, metrics=metrics)
+        for j in self._proposals(trial):
+            if pack and not packs.reported(result, j):
+                continue  # this proposal had stopped: no new point on its curve
+            mine = packs.proposal_result(result, j, pack)
+            step = int(mine.get("step", mine.get("training_iteration", 0)) or 0)
+            metrics = [Metric(k, float(v), now, step) for k, v in mine.items()
+                       if (k in self.METRICS or k.startswith(("em_seed", "loss_seed")))
+                       and isinstance(v, (int, float)) and math.isfinite(float(v))]
+            if metrics:
+                self.client.log_batch(self._run_for(trial, j), metrics=metrics)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self._safe("finish", self._finish, trial, "FINISHED")
@@ -117,19 +140,36 @@ class MlflowTrialCallback(tune.Callback):
         self._safe("finish", self._finish, trial, "FAILED")
 
     def _finish(self, trial, status: str) -> None:
-        run_id = self._run_for(trial)
-        last = trial.last_result or {}
-        best_em = float(last.get("best_em", 0.0) or 0.0)
-        self.client.set_tag(run_id, "arithsweep.feasible",
-                            str(status == "FINISHED" and best_em >= self._target).lower())
-        if trial.error_file or status == "FAILED":
-            self.client.set_tag(run_id, "arithsweep.error", error_line(trial))
-        if last.get("invalid_config"):  # the sampled combination failed validation
-            self.client.set_tag(run_id, "arithsweep.invalid_config", str(last.get("error")))
-        ckpt = trial.checkpoint
-        if ckpt is not None and status == "FINISHED":
-            self.client.log_artifacts(run_id, ckpt.path, artifact_path="checkpoint")
-        self.client.set_terminated(run_id, status=status)
+        import os
+
+        from arithsweep.search import run_settings
+
+        pack = packs.is_pack(trial.config)
+        state = run_settings.state_of(self._name)
+        driver_reason = state.stop_reasons.get(trial.trial_id) if state is not None else None
+        for j in self._proposals(trial):
+            run_id = self._run_for(trial, j)
+            last = packs.proposal_result(trial.last_result, j, pack)
+            best_em = float(last.get("best_em", 0.0) or 0.0)
+            self.client.set_tag(run_id, "arithsweep.feasible",
+                                str(status == "FINISHED" and best_em >= self._target).lower())
+            reason = ("error" if status == "FAILED"
+                      else last.get("stop_reason") or driver_reason or "search deadline")
+            self.client.set_tag(run_id, "arithsweep.stop_reason", str(reason))
+            for k in ("seeds_reached", "seeds_trained"):
+                if isinstance(last.get(k), (int, float)):
+                    self.client.log_metric(run_id, k, float(last[k]))
+            if trial.error_file or status == "FAILED":
+                self.client.set_tag(run_id, "arithsweep.error", error_line(trial))
+            if last.get("invalid_config"):  # the sampled combination failed validation
+                self.client.set_tag(run_id, "arithsweep.invalid_config",
+                                    str(last.get("error")))
+            ckpt = trial.checkpoint
+            if ckpt is not None and status == "FINISHED":
+                path = os.path.join(ckpt.path, f"p{j}") if pack else ckpt.path
+                if os.path.isdir(path):
+                    self.client.log_artifacts(run_id, path, artifact_path="checkpoint")
+            self.client.set_terminated(run_id, status=status)
 
 
 def error_line(trial) -> str:

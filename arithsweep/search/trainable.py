@@ -17,6 +17,11 @@ seeds, fresh ones, and twice the steps, because tiny models are a seed and lengt
 The last report carries `stop_reason`, `rounds`, and `seeds_reached` out of `seeds_trained`:
 the success rate a user needs to reproduce the architecture.
 
+A pack (config with several proposals, see `arithsweep.search.packs`) trains them as one
+population with `arithsweep.core.population.train_population`: one round, each proposal with
+its own plateau / reached rule, reported under `p<j>/` keys in one Tune report per
+evaluation, and a checkpoint holding `p<j>/best` for every proposal whenever one improves.
+
 Workers never open the leaderboard or MLflow: all bookkeeping happens on the driver. Not run
 by hand; `arithsweep.search.driver.run_search` passes `run_trial` to the Tuner.
 """
@@ -32,6 +37,7 @@ from typing import Any
 from ray import tune
 
 from arithsweep.core.errors import ConfigError
+from arithsweep.search import packs
 from arithsweep.search.trial import CONST_KEY, build_trial, params_if_possible
 
 PATIENCE = 8  # evaluations without progress before a trial counts as stuck
@@ -85,7 +91,7 @@ def run_trial(config: dict[str, Any]) -> None:
     torch.set_num_threads(max(1, int(float(const.get("cpus_per_trial", 1) or 1))))
     _maybe_fail(config, const)
     try:
-        setup = build_trial(config)
+        setups = [build_trial(c) for c in packs.proposals_of(config)]
     except (ConfigError, TypeError, ValueError) as exc:
         # An invalid sampled combination: an infeasible trial, reported once, not a crash,
         # so Optuna learns to avoid it.
@@ -93,7 +99,10 @@ def run_trial(config: dict[str, Any]) -> None:
                      "step": 0, "examples": 0, "elapsed": 0.0, "invalid_config": 1,
                      "stop_reason": "invalid config", "error": str(exc)[:500]})
         return
-    _Trial(setup, const).run()
+    if packs.is_pack(config):
+        _Pack(setups, const).run()
+    else:
+        _Trial(setups[0], const).run()
 
 
 class _Trial:
@@ -161,13 +170,110 @@ class _Trial:
         return stop
 
 
-def _checkpoint_em(ckpt: tune.Checkpoint) -> float:
+class _Pack:
+    """A pack: proposals of one shape trained together, each judged on its own curve."""
+
+    def __init__(self, setups: list[Any], const: dict[str, Any]) -> None:
+        import copy
+
+        from arithsweep.core.confirm import FullCheck
+
+        self.setups, self.const = setups, const
+        self.target = float(setups[0].train_cfg.target)
+        check = FullCheck(setups[0].task, self.target)  # its problems are built once
+        self.checks = [check] + [copy.copy(check) for _ in setups[1:]]
+        for c in self.checks[1:]:
+            c.checked = {}  # the cache is per proposal (keyed by its best step)
+        patience = int(const.get("patience", PATIENCE) or PATIENCE)
+        self.plateaus = [Plateau(patience) for _ in setups]
+        previous = tune.get_checkpoint()
+        # a restored pack retrains from scratch; each proposal keeps its earlier best
+        self.best = [_checkpoint_em(previous, f"p{j}") if previous is not None else -1.0
+                     for j in range(len(setups))]
+        self.reasons = [""] * len(setups)
+        self.results: dict[int, Any] = {}  # proposal -> its TrainResult (same object always)
+        self.rows: dict[int, dict[str, Any]] = {}  # this evaluation's rows, not yet reported
+        self.improved = False
+
+    def run(self) -> None:
+        from arithsweep.core.population import train_population
+
+        cfgs = [replace(s.train_cfg, early_stop=False) for s in self.setups]
+        results = train_population(self.setups[0].task, self.setups[0].model_cfg, cfgs,
+                                   on_eval=self._on_eval, on_step=self._on_step)
+        self._flush()
+        row = self._row({"done": 1, "stop_reason": "pack done", "rounds": 1,
+                         "step": max(r.steps for r in results),
+                         "elapsed": max(r.wall_time for r in results)})
+        for j, (cfg, r) in enumerate(zip(cfgs, results)):
+            final = r.history[-1].exact_match if r.history else []
+            reached = sum(1 for e in final if not math.isnan(e) and e >= self.target)
+            reason = self.reasons[j] or r.stop_reason
+            row.update({packs.key(j, "stop_reason"): reason, packs.key(j, "rounds"): 1,
+                        packs.key(j, "step"): int(r.steps),
+                        packs.key(j, "elapsed"): float(r.wall_time),
+                        packs.key(j, "seeds_trained"): int(cfg.seeds),
+                        packs.key(j, "seeds_reached"): max(reached,
+                                                           int(reason == "reached target"))})
+        tune.report(row)
+
+    def _row(self, extra: dict[str, Any]) -> dict[str, Any]:
+        """Shared keys plus every proposal's running best (readers need it in every row)."""
+        row = {"params": int(self.setups[0].params), "best_em": max(0.0, *self.best),
+               "n_proposals": len(self.setups), **extra}
+        row.update({packs.key(j, "best_em"): max(b, 0.0) for j, b in enumerate(self.best)})
+        return row
+
+    def _on_eval(self, j: int, point: Any, result: Any) -> bool:
+        if j in self.rows:  # a new evaluation began before the last one was reported
+            self._flush()
+        self.results[j] = result
+        best = max(float(result.best_em), 0.0)
+        row = _metrics(point, result, max(best, self.best[j]), 0)
+        stop = False
+        if self.checks[j].held_out_reached(result) and self.checks[j].passes(result):
+            self.reasons[j], stop = "reached target", True
+            row["full_em"] = self.checks[j].value(result)
+        elif self.plateaus[j].update(point.best_em, row["loss"]):
+            self.reasons[j], stop = "plateau", True
+        if best > self.best[j]:
+            self.best[j], self.improved = best, True
+        self.rows[j] = row
+        return stop
+
+    def _on_step(self, step: int, total: int) -> None:
+        if self.rows:  # the evaluation before this step is complete: report it now
+            self._flush()
+
+    def _flush(self) -> None:
+        """One Tune report for the evaluation just made, every proposal's row in it."""
+        if not self.rows:
+            return
+        rows, self.rows = self.rows, {}
+        row = self._row({k: max(r[k] for r in rows.values())
+                         for k in ("step", "examples", "elapsed")})
+        row["em"] = max(r["em"] for r in rows.values())
+        for j, r in rows.items():
+            row.update({packs.key(j, k): v for k, v in r.items() if k != "params"})
+        if not self.improved:
+            tune.report(row)
+            return
+        self.improved = False
+        with tempfile.TemporaryDirectory(prefix="arithsweep-ckpt-") as tmp:
+            # every proposal's best so far: Tune keeps only the latest checkpoint
+            for j, r in self.results.items():
+                if r.best_state:
+                    r.save_best(os.path.join(tmp, f"p{j}", "best"))
+            tune.report(row, checkpoint=tune.Checkpoint.from_directory(tmp))
+
+
+def _checkpoint_em(ckpt: tune.Checkpoint, sub: str = "") -> float:
     """The exact match stored in a restored trial checkpoint's config.json (-1 if unreadable)."""
     import json
 
     with ckpt.as_directory() as d:
         try:
-            with open(os.path.join(d, "best", "config.json")) as f:
+            with open(os.path.join(d, sub, "best", "config.json")) as f:
                 return float(json.load(f)["metrics"]["eval_exact_match"])
         except (OSError, ValueError, KeyError, TypeError):
             return -1.0
