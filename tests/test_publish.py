@@ -114,7 +114,7 @@ def test_publish_real_checkpoint_and_reverify_it(capsys, tmp_path, monkeypatch, 
 
     md_path = Path("leaderboard") / "LEADERBOARD.md"
     md = md_path.read_text()
-    assert md.startswith(pub.GENERATED) and "suite v1 (10,000 problems per entry" in md
+    assert md.startswith(pub.GENERATED) and "suite v2 (10,000 problems per entry" in md
     links = re.findall(r"\]\(([^)]+)\)", md)
     assert links == [f"checkpoints/{name}/"]
     assert all((md_path.parent / link).is_dir() for link in links)

@@ -96,7 +96,7 @@ def test_round_trip_through_json():
 
 def test_defaults_and_qualifies():
     r = make_report(seed=None, mlflow_run_id=None)
-    assert r.suite == SUITE == "v1"
+    assert r.suite == SUITE == "v2"
     assert r.version == __version__
     assert r.verified_at.endswith("+00:00")
     assert r.qualifies
@@ -104,7 +104,7 @@ def test_defaults_and_qualifies():
     assert make_report(exact_match=0.99, target=0.99).qualifies  # >=, not >
     assert r.correct == 999
     assert "777 params" in r.summary()
-    assert set(r.breakdown()) == {"by_carry", "by_lengths", "by_answer_len"}
+    assert set(r.breakdown()) == {"by_carry", "by_lengths", "by_answer_len", "by_class"}
 
 
 def test_from_dict_errors_are_one_line():

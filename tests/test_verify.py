@@ -1,4 +1,4 @@
-"""The verification protocol (suite v1) on a trained add2 model, a broken one, tampered
+"""The verification protocol (suite v2) on a trained add2 model, a broken one, tampered
 checkpoints and a third-party checkpoint; recording only what qualifies."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def ckpt(add2_trained, tmp_path):
 
 def test_trained_add2_qualifies_and_is_recorded_once(ckpt, tmp_path):
     rep = verify(ckpt, target=0.99)
-    assert rep.n_problems == 10**4 and rep.suite == "v1" and rep.suite_size == 10**4
+    assert rep.n_problems == 10**4 and rep.suite == "v2" and rep.suite_size == 10**4
     assert rep.params == count_params(load_checkpoint(ckpt).model)
     assert rep.exact_match == 1.0 and rep.n_failures == 0 and rep.failures == []
     assert rep.nines == 4 and 0.999 < rep.wilson_lower < 1.0

@@ -15,7 +15,7 @@ import sys
 
 import typer
 
-from arithsweep.cli import board_cmds, run_cmds, search_cmds
+from arithsweep.cli import board_cmds, inspect_cmds, ood_cmds, run_cmds, search_cmds
 from arithsweep.cli.common import one_line
 from arithsweep.core.errors import ArithsweepError
 
@@ -30,7 +30,7 @@ COMMANDS = (
     run_cmds.train, run_cmds.ask, run_cmds.params, run_cmds.bench,
     search_cmds.search, search_cmds.spaces, search_cmds.ui,
     board_cmds.verify, board_cmds.leaderboard, board_cmds.show, board_cmds.export,
-    board_cmds.publish,
+    board_cmds.publish, inspect_cmds.inspect, ood_cmds.ood,
 )
 for _command in COMMANDS:
     app.command()(_command)

@@ -33,7 +33,8 @@ def verify(
     db: str = typer.Option(None, "--db", help=DB_HELP),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Verify a checkpoint with suite v1 (params and exact match from the weights alone)."""
+    """Verify a checkpoint with the current suite (params and exact match from the weights
+    alone; per Quirke class too for add, sub and mix)."""
     if not 0 < target <= 1:
         raise ArithsweepError(f"--target {target}: must be in (0, 1]")
     board = _open(db, create=True) if record else None  # a bad --db fails before the long run
@@ -51,8 +52,8 @@ def verify(
     entry = None
     if record and report.qualifies:
         entry, created = board.record(report)
-    res = {**report.to_dict(), "qualifies": report.qualifies,
-           "entry_id": entry["id"] if entry else None}
+    res = {**report.to_dict(), "by_class_table": report.class_table(),
+           "qualifies": report.qualifies, "entry_id": entry["id"] if entry else None}
     if as_json:
         print_json(res)
     else:

@@ -16,7 +16,7 @@ from rich.console import Console
 out = Console(width=None if sys.stdout.isatty() else 220)
 err = Console(stderr=True)
 
-TASK_HELP = "task: add<N>, sub<N>, mix<N> (N = 1..18) or mul<N> (N = 1..9), e.g. add3"
+TASK_HELP = "task: add<N>, sub<N>, mix<N> (N = 1..18), mul<N> (N = 1..9) or sort<N> (N = 2..9), e.g. add3"
 FORMAT_HELP = "format words, comma-separated: pad|nopad, revans|fwdans, revops|fwdops, delim|nodelim"
 SET_HELP = "override any model or train field, e.g. --set final_norm=false (repeatable)"
 DB_HELP = "leaderboard database: SQLAlchemy URL or file path (default $ARITHSWEEP_DB or leaderboard/leaderboard.db)"

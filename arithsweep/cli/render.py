@@ -17,6 +17,7 @@ import re
 from typing import Any
 
 from arithsweep.leaderboard.publish import COLUMNS, RIGHT_ALIGNED, cells, percent
+from arithsweep.leaderboard.report import nines
 
 
 def rich_table(rows: list[dict[str, Any]], title: str | None = None) -> Any:
@@ -37,17 +38,21 @@ def _natural(key: str) -> list[Any]:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(key))]
 
 
-def _bucket_table(title: str, label: str, buckets: dict[str, dict[str, int]]) -> Any:
+def _bucket_table(title: str, label: str, buckets: dict[str, dict[str, int]],
+                  ordered: bool = False) -> Any:
+    """One row per bucket; `ordered` keeps the given order (Quirke's S.., M.., N.. classes)
+    and adds each bucket's own nines."""
     from rich.table import Table
 
     table = Table(title=title, title_justify="left")
     table.add_column(label)
-    for col in ("problems", "correct", "failures", "exact match"):
+    for col in ("problems", "correct", "failures", "exact match") + ("nines",) * ordered:
         table.add_column(col, justify="right")
-    for key in sorted(buckets, key=_natural):
+    for key in buckets if ordered else sorted(buckets, key=_natural):
         n, correct = int(buckets[key]["n"]), int(buckets[key]["correct"])
         em = percent(correct / n) if n else ""
-        table.add_row(str(key), f"{n:,}", f"{correct:,}", f"{n - correct:,}", em)
+        extra = [str(nines(n - correct, n))] if ordered else []
+        table.add_row(str(key), f"{n:,}", f"{correct:,}", f"{n - correct:,}", em, *extra)
     return table
 
 
@@ -101,6 +106,9 @@ def entry_detail(row: dict[str, Any]) -> Any:
     ):
         if breakdown.get(key):
             parts.append(_bucket_table(title, label, breakdown[key]))
+    if breakdown.get("by_class"):
+        parts.append(_bucket_table("By Quirke class", "class", breakdown["by_class"],
+                                   ordered=True))
     failures = row.get("failures") or []
     if failures:
         lines = [f"{f.get('problem')} = {f.get('expected')}, got {f.get('got')}" for f in failures]
@@ -140,6 +148,8 @@ def report_detail(report: Any) -> Any:
     }
     parts: list[Any] = [_kv_table("Verification", head),
                         _bucket_table("By carry class", "class", d["by_carry"])]
+    if d.get("by_class"):  # Quirke's classes, each with its own nines (add, sub, mix)
+        parts.append(_bucket_table("By Quirke class", "class", d["by_class"], ordered=True))
     lengths = d["by_lengths"]
     if len(lengths) > 25:  # add10 has 100 length pairs: show the worst ten
         worst = sorted(lengths, key=lambda k: lengths[k]["correct"] / max(1, lengths[k]["n"]))

@@ -1,4 +1,4 @@
-"""The result of verifying one checkpoint (suite "v1"), and the statistics it is scored with.
+"""The result of verifying one checkpoint (suite "v2"), and the statistics it is scored with.
 
 `VerificationReport` is the only thing the leaderboard accepts: `verify.py` builds one from the
 weights alone, `leaderboard.Leaderboard.record` stores it. This module is pure standard library
@@ -20,7 +20,9 @@ from arithsweep import __version__
 from arithsweep.core.errors import ArithsweepError
 from arithsweep.core.stats import Z95, nines, wilson_lower  # noqa: F401  (part of a report's API)
 
-SUITE = "v1"
+# v2 (v1 + Quirke-enriched holdout part, lengths part distinct from the random part); an entry
+# keeps the suite name it was verified with
+SUITE = "v2"
 
 
 def utc_now() -> str:
@@ -43,6 +45,11 @@ class Bucket:
     def failures(self) -> int:
         return self.n - self.correct
 
+    @property
+    def nines(self) -> int:
+        """Quirke's nines for this slice alone (see arithsweep.core.stats.nines)."""
+        return nines(self.failures, self.n)
+
     def to_dict(self) -> dict[str, int]:
         return {"n": self.n, "correct": self.correct}
 
@@ -62,7 +69,7 @@ def _buckets_from_dict(d: dict[str, Any]) -> dict[str, Bucket]:
     return {str(k): v if isinstance(v, Bucket) else Bucket.from_dict(v) for k, v in d.items()}
 
 
-_BUCKET_FIELDS = ("by_carry", "by_lengths", "by_answer_len")
+_BUCKET_FIELDS = ("by_carry", "by_lengths", "by_answer_len", "by_class")
 _SCALARS = {
     "target": float, "params": int, "exact_match": float, "n_problems": int, "n_failures": int,
     "nines": int, "wilson_lower": float, "suite_seed": int, "suite_size": int, "seed": int,
@@ -101,6 +108,7 @@ class VerificationReport:
     by_carry: dict[str, Bucket] = field(default_factory=dict)  # "S0".."Sk"
     by_lengths: dict[str, Bucket] = field(default_factory=dict)  # "3x2": operand digit lengths
     by_answer_len: dict[str, Bucket] = field(default_factory=dict)
+    by_class: dict[str, Bucket] = field(default_factory=dict)  # Quirke's S0.., M0.., N1..
     suite: str = SUITE
     suite_seed: int = 0
     suite_size: int = 0
@@ -142,8 +150,13 @@ class VerificationReport:
         return self.n_problems - self.n_failures
 
     def breakdown(self) -> dict[str, dict[str, dict[str, int]]]:
-        """The three bucket maps as plain JSON: {"by_carry": {...}, "by_lengths": ..., ...}."""
+        """The bucket maps as plain JSON: {"by_carry": {...}, "by_lengths": ..., ...}."""
         return {name: _buckets_to_dict(getattr(self, name)) for name in _BUCKET_FIELDS}
+
+    def class_table(self) -> list[dict[str, Any]]:
+        """Per Quirke class: problems, failures, exact match and nines, in class order."""
+        return [{"class": k, "problems": v.n, "failures": v.failures,
+                 "exact_match": v.exact_match, "nines": v.nines} for k, v in self.by_class.items()]
 
     def summary(self) -> str:
         """One line for logs: task, params, exact match, failures, nines, verdict."""

@@ -1,13 +1,19 @@
-"""The verification protocol, suite "v1": re-derive a checkpoint's claims from its weights alone.
+"""The verification protocol, suite "v2": re-derive a checkpoint's claims from its weights alone.
 
 - parameters: recomputed from the loaded tensors (metadata is only compared, never believed);
 - problems: every problem when the task has at most 10^6; otherwise, all on the held-out split
   that the training stream never draws and from a fixed seed, 10^6 uniform random problems plus
-  10^5 with uniform operand lengths, AdderBoard's edge cases, and carry/borrow-cascade
-  problems of every cascade length;
+  10^5 with uniform operand lengths (none of them repeating the random part), AdderBoard's
+  edge cases, carry/borrow-cascade problems of every cascade length and, for add/sub/mix,
+  Quirke's enriched data: ENRICHED_PER_CLASS distinct problems of each of his classes
+  (S0..S5, M0..M4, N1..N4, see core/quirke.py), none repeating an earlier part;
 - exact match by the teacher-forced fast path (proved equal to greedy decoding in the tests),
   failures shown by real greedy decoding, Quirke's nines, the Wilson 95% lower bound and
-  breakdowns by carry class and operand lengths.
+  breakdowns by carry class, operand lengths, answer length and Quirke class (each with its
+  own exact match, failures and nines).
+
+Suite v1 was the same without the enriched part and with a lengths part that could repeat
+random problems; entries verified with it keep "v1" as their suite name.
 
     from arithsweep.leaderboard.verify import verify
     print(verify("runs/add3/best", target=0.99).summary())
@@ -25,14 +31,17 @@ from arithsweep import __version__
 from arithsweep.core.checkpoint import Checkpoint, load_checkpoint
 from arithsweep.core.errors import ArithsweepError, ConfigError
 from arithsweep.core.evaluate import breakdown, exact_match, greedy_decode
+from arithsweep.core.quirke import class_names, enriched_sample, supported
+from arithsweep.core.sampling import _distinct
 from arithsweep.core.tasks import Task
 from arithsweep.leaderboard.report import SUITE, VerificationReport, nines, wilson_lower
 
-SUITE_SEED = 0x0ADD_5EED  # the v1 random sample; no training stream uses this seed
+SUITE_SEED = 0x0ADD_5EED  # the suite's random sample; no training stream uses this seed
 EXHAUSTIVE_MAX = 10**6
 RANDOM_SIZE = 10**6  # operands uniform over 0..10^N-1, as AdderBoard samples
 LENGTHS_SIZE = 10**5  # operand lengths uniform, so short operands are checked too
 PER_CASCADE = 1000  # problems per cascade length in the stress part
+ENRICHED_PER_CLASS = 2000  # Quirke-enriched problems per class (add10: 6 classes, mix10: 15)
 SHOW_FAILURES = 10
 CHUNK = 50_000
 
@@ -62,17 +71,42 @@ def _cascades(task: Task, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
     return torch.cat(keep_a), torch.cat(keep_b), torch.cat(keep_op)
 
 
+def _lengths_part(task: Task, gen: torch.Generator,
+                  seen: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    """LENGTHS_SIZE distinct held-out problems with uniform operand lengths, none in `seen`.
+    Drawn first without `exclude=` and then cleaned and topped up: the same result as one
+    exclude= call, without re-sorting the million problems of `seen` in every draw round."""
+    part = task.sample(LENGTHS_SIZE, gen, "uniform", split="holdout")
+    k = seen[0].numel()
+    idx = _distinct(*(torch.cat(p) for p in zip(seen, part, strict=True)))
+    part = tuple(x[idx[idx >= k] - k] for x in part)
+    missing = LENGTHS_SIZE - part[0].numel()
+    if missing:  # collisions with `seen` (small tasks): draw the rest avoiding both
+        both = tuple(torch.cat(p) for p in zip(seen, part, strict=True))
+        more = task.sample(missing, gen, "uniform", split="holdout", exclude=both)
+        part = tuple(torch.cat(p) for p in zip(part, more, strict=True))
+    return part
+
+
 def build_suite(task: Task) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
-    """Problems of suite v1 for `task`: (a, b, op, seed)."""
+    """Problems of suite v2 for `task`: (a, b, op, seed)."""
+    if task.op == "sort":  # sorting has its own cases (ties, sorted, reversed): see sort_task
+        from arithsweep.core.sort_task import sort_suite
+
+        return sort_suite(task)
     if task.n_problems <= EXHAUSTIVE_MAX:
         return (*task.enumerate_all(), 0)
     gen = torch.Generator().manual_seed(SUITE_SEED)
     ra, rb, rop = task.sample(RANDOM_SIZE, gen, "values", split="holdout")
-    la, lb, lop = task.sample(LENGTHS_SIZE, gen, "uniform", split="holdout")
+    parts = [(ra, rb, rop), _lengths_part(task, gen, (ra, rb, rop))]
     edges = torch.tensor(task.edge_cases(), dtype=torch.long).view(-1, 3)
-    ca, cb, cop = _cascades(task, gen)
-    return (torch.cat([ra, la, edges[:, 0], ca]), torch.cat([rb, lb, edges[:, 1], cb]),
-            torch.cat([rop, lop, edges[:, 2], cop]), SUITE_SEED)
+    parts += [(edges[:, 0], edges[:, 1], edges[:, 2]), _cascades(task, gen)]
+    if supported(task):
+        seen = tuple(torch.cat(p) for p in zip(*parts, strict=True))
+        n_enriched = ENRICHED_PER_CLASS * len(class_names(task))
+        parts.append(enriched_sample(task, n_enriched, gen, split="holdout", exclude=seen))
+    a, b, op = (torch.cat(p) for p in zip(*parts, strict=True))
+    return a, b, op, SUITE_SEED
 
 
 def reproduce_command(ck: Checkpoint) -> str:
@@ -90,7 +124,7 @@ def verify(
     progress: Callable[[int, int], None] | None = None,
     device: str = "cpu",
 ) -> VerificationReport:
-    """Run suite v1 on a checkpoint (path or loaded Checkpoint) and report; never records."""
+    """Run suite v2 on a checkpoint (path or loaded Checkpoint) and report; never records."""
     if not (0 < target <= 1):
         raise ConfigError(f"target {target}: must be in (0, 1]")
     ck = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)

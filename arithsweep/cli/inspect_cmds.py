@@ -1,0 +1,132 @@
+"""`arithsweep inspect`: look inside a leaderboard entry or a checkpoint on one problem.
+
+Prints (or `--json`) every head's attention on the problem, the answer probabilities, the greedy
+answer and whether it is right, and the model's exact match by answer length and accuracy by
+answer position on held-out problems (all problems for small tasks); draws them as a PNG.
+torch and matplotlib are imported inside the command.
+
+    arithsweep inspect 1 "12+34"                      # leaderboard entry 1
+    arithsweep inspect runs/add3/best "123+456" --png add3.png --json
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from arithsweep.cli.common import DB_HELP, out, print_json
+from arithsweep.core.errors import ArithsweepError
+
+
+def _resolve(target: str, db: str | None) -> tuple[Path, dict[str, Any] | None]:
+    """A checkpoint directory as given, or the checkpoint of a leaderboard entry (id or sha256
+    prefix, as `show` takes)."""
+    path = Path(target).expanduser()
+    if path.exists():
+        return path, None
+    key = target.strip().lower().removeprefix("sha256:")
+    if key.isdigit() or (len(key) >= 6 and re.fullmatch(r"[0-9a-f]+", key)):
+        from arithsweep.leaderboard.board import open_db
+
+        row = open_db(db, create=False).get(target)
+        return Path(row["checkpoint_path"]), row
+    raise ArithsweepError(f"{target!r} is neither a checkpoint directory nor a leaderboard entry "
+                          "id or sha256 prefix (6+ hex digits)")
+
+
+def _top_keys(res: dict[str, Any]) -> Table:
+    """For each answer position, where each head looks hardest: 'token@position weight'."""
+    P, toks, G = res["prompt_len"], res["tokens"], len(res["answer"]["chosen"])
+    tab = Table(title="where each head looks hardest", caption="key token@position weight")
+    tab.add_column("writes")
+    loops = res["n_loops"] > 1
+    for att in res["attention"]:
+        tab.add_column(f"L{att['layer']}" + (f"r{att['loop']}" if loops else "")
+                       + f"H{att['head']}", justify="right")
+    for i in range(G):
+        q = P - 1 + i  # the query position whose output is answer token i
+        cells = []
+        for att in res["attention"]:
+            row = att["weights"][q]
+            j = max(range(len(row)), key=row.__getitem__)
+            cells.append(f"{toks[j]}@{j} {row[j]:.2f}")
+        tab.add_row(f"{res['answer']['labels'][i]} {res['answer']['chosen'][i]}", *cells)
+    return tab
+
+
+def _print(res: dict[str, Any], views: dict[str, Any], png: Path | None, what: str) -> None:
+    ok = "[green]right[/]" if res["correct"] else "[red]wrong[/]"
+    out.print(f"{what}\n{res['task']} ({res['format']}) · {res['problem']} = "
+              f"{res['expected_answer']} · model says [bold]{res['greedy_answer']}[/] ({ok}) · "
+              f"input tokens: {' '.join(res['tokens'])}")
+    ans, vocab = res["answer"], res["vocab"]
+    tab = Table(title="answer probabilities", caption="on the model's own greedy answer")
+    for c in ("position", "chosen", "p(chosen)", "true", "p(true)"):
+        tab.add_column(c, justify="right")
+    for lab, c, e, pr in zip(ans["labels"], ans["chosen"], ans["expected"], ans["probs"]):
+        pe = f"{pr[vocab.index(e)]:.4f}" if e is not None else "-"
+        mark = "" if c == e else "[red]"
+        tab.add_row(lab, f"{mark}{c}", f"{pr[vocab.index(c)]:.4f}", str(e), pe)
+    out.print(tab)
+    out.print(_top_keys(res))
+    out.print(f"{views['problems']:,} problems, {views['source']}: exact match "
+              f"{views['exact_match']:.4f}")
+    tab = Table(title="exact match by answer length")
+    for c in ("answer digits", "problems", "correct", "exact match"):
+        tab.add_column(c, justify="right")
+    for r in views["by_answer_len"]:
+        tab.add_row(str(r["answer_len"]), f"{r['problems']:,}", f"{r['correct']:,}",
+                    f"{r['exact_match']:.4f}")
+    out.print(tab)
+    tab = Table(title="accuracy by answer position")
+    for c in ("position", "holds", "accuracy"):
+        tab.add_column(c, justify="right")
+    for r in views["by_position"]:
+        style = "" if r["accuracy"] >= 0.99 else "[red]"
+        tab.add_row(str(r["position"]), r["label"], f"{style}{r['accuracy']:.4f}")
+    out.print(tab)
+    if png is not None:
+        out.print(f"wrote {png}")
+
+
+def inspect(
+    target: str = typer.Argument(..., help="leaderboard entry id or sha256 prefix, or a checkpoint directory"),
+    problem: str = typer.Argument(..., help='one problem of the model\'s task, e.g. "123+456"'),
+    png: Path = typer.Option(None, "--png", help="where to draw the picture (default ./inspect-<task>.png)"),
+    no_png: bool = typer.Option(False, "--no-png", help="draw nothing"),
+    member: int = typer.Option(0, "--member", help="which model of a population (checkpoints hold one: 0)"),
+    n: int = typer.Option(10_000, "--problems", "-n", help="held-out problems for the accuracy views (every problem when the task has at most this many)"),
+    db: str = typer.Option(None, "--db", help=DB_HELP),
+    as_json: bool = typer.Option(False, "--json", help="print every number as JSON"),
+) -> None:
+    """Look inside a model: attention per head, answer probabilities, accuracy by length/position."""
+    if png is not None and no_png:
+        raise ArithsweepError("choose one of --png PATH and --no-png")
+    if n < 1:
+        raise ArithsweepError(f"--problems {n}: must be at least 1")
+    if png is not None and png.suffix.lower() != ".png":
+        raise ArithsweepError(f"--png {png}: the picture is a PNG; give a path ending in .png")
+    path, row = _resolve(target, db)
+    from arithsweep.core.checkpoint import load_checkpoint
+    from arithsweep.core.inspect import accuracy_views, draw, inspect_problem
+
+    ck = load_checkpoint(path)
+    if row is not None and row.get("sha256") and row["sha256"] != ck.sha256:
+        raise ArithsweepError(f"entry {row['id']}: the checkpoint at {ck.path} has changed since "
+                              "it was verified (sha256 differs); re-verify it")
+    res = inspect_problem(ck.model, ck.task, problem, member=member)
+    views = accuracy_views(ck.model, ck.task, n=n, member=member)
+    what = (f"entry {row['id']} · " if row else "") + f"{ck.params} parameters · {ck.path}"
+    dest = None if no_png else (png or Path(f"inspect-{ck.task.name}.png"))
+    if dest is not None:
+        draw(res, dest, views, title=f"{res['task']} · {res['problem']} · {ck.params} parameters"
+             + (f" · entry {row['id']}" if row else ""))
+    if as_json:
+        return print_json({"checkpoint": str(ck.path), "entry": row["id"] if row else None,
+                           "params": ck.params, "png": str(dest) if dest else None,
+                           **res, "views": views})
+    _print(res, views, dest, what)
