@@ -18,113 +18,20 @@ import math
 from collections.abc import Iterator
 
 # --------------------------------------------------------------------------------------------
-# The population model. Every parameter is (K, ...): member i is p[i]. Projections are stored
-# as W (K, d_in, d_out), but the residual stream runs feature-major, x (K, d, N) with N = B*T
-# (b-major), so each projection is one torch.bmm(W^T, x) with a wide (d_out x N) output: for
-# d ~ 7-16 CPU GEMMs are 2-10x faster that way round than x @ W with its narrow (N x d_out) one.
+# The population model. Every parameter is (K, ...): member i is p[i]. The residual stream runs
+# feature-major, x (K, d, N) with N = B*T (b-major); the layer primitives are in layers.py.
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from arithsweep.core.config import ACTIVATIONS, NORMS, POSITIONS, ModelConfig
 from arithsweep.core.errors import CheckpointError
+from arithsweep.core.layers import _CausalAttention, _lookup, _Norm, _normed, _Proj, _table
 
 __all__ = ["ACTIVATIONS", "NORMS", "POSITIONS", "ArithTransformer", "ModelConfig",
            "count_params", "param_breakdown"]
 
 N_DIGITS = 10  # token ids 0..9 are the digits (abacus positions count runs of them)
-_EPS = 1e-5
-
-
-def _table(k: int, *shape: int) -> nn.Parameter:
-    return nn.Parameter(torch.empty(k, *shape))
-
-
-class _Proj(nn.Module):
-    """A (K, d_in, d_out) projection, optionally low rank (W = A @ B) and with a bias."""
-
-    def __init__(self, k: int, d_in: int, d_out: int, rank: int, bias: bool) -> None:
-        super().__init__()
-        self.low_rank = rank > 0
-        if self.low_rank:
-            self.A, self.B = _table(k, d_in, rank), _table(k, rank, d_out)
-        else:
-            self.weight = _table(k, d_in, d_out)
-        self.bias = _table(k, d_out) if bias else None
-
-    def matrix_t(self) -> Tensor:  # W^T (K, d_out, d_in)
-        # Forming W from its factors costs d_in*r*d_out per member, far below one batch's x @ A,
-        # and keeps one big bmm per projection (and lets q/k/v fuse) whatever the rank.
-        w = torch.bmm(self.A, self.B) if self.low_rank else self.weight
-        return w.transpose(1, 2)
-
-
-class _CausalAttention(torch.autograd.Function):
-    """softmax(q^T k * scale + mask) v^T for N = K*B*H tiny problems, all in (d x T) form.
-
-    Written out because CPU GEMMs of these shapes are ~3x slower when the output is a narrow
-    (T x d) matrix than when it is (d x T) or (T x T), and autograd's own bmm backward would
-    produce dq in the narrow form and hand softmax a transposed gradient that it must copy.
-    Here every product, forward and backward, has a (d x T) or (T x T) output (~1.5x faster)."""
-
-    @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float) -> Tensor:
-        # q, k (N, qk, T), v (N, vh, T), mask (T, T) additive -> o (N, vh, T)
-        p = torch.baddbmm(mask, q.transpose(1, 2), k, alpha=scale).softmax(-1)  # (N, T, T)
-        ctx.save_for_backward(q, k, v, p)
-        ctx.scale = scale
-        return torch.bmm(v, p.transpose(1, 2))
-
-    @staticmethod
-    def backward(ctx, g: Tensor):  # g = d o (N, vh, T)
-        q, k, v, p = ctx.saved_tensors
-        dp = torch.bmm(g.transpose(1, 2), v)  # (N, T, T)
-        dv = torch.bmm(g, p)  # (N, vh, T)
-        ds = torch._softmax_backward_data(dp, p, -1, p.dtype).mul_(ctx.scale)  # (N, T, T)
-        dq = torch.bmm(k, ds.transpose(1, 2))  # (N, qk, T)
-        dk = torch.bmm(q, ds)  # (N, qk, T)
-        return dq, dk, dv, None, None
-
-
-def _lookup(table: Tensor, idx: Tensor) -> Tensor:
-    """Rows of per-member tables, feature-major: table (K, R, d), idx (K, N) -> (K, d, N).
-
-    A one-hot GEMM rather than F.embedding: its output is already feature-major and its backward
-    is a GEMM too, ~2x faster on CPU than embedding's scatter-add (and scatter_ bounds-checks)."""
-    K, R, _ = table.shape
-    hot = torch.zeros(K, R, idx.shape[1], dtype=table.dtype, device=table.device)
-    return torch.bmm(table.transpose(1, 2), hot.scatter_(1, idx.unsqueeze(1), 1.0))
-
-
-def _project(x: Tensor, wt: Tensor, b: Tensor | None) -> Tensor:
-    """W^T x (+ b): x (K, d_in, N), wt (K, d_out, d_in) -> (K, d_out, N); the bias rides in."""
-    return torch.bmm(wt, x) if b is None else torch.baddbmm(b.unsqueeze(2), wt, x)
-
-
-class _Norm(nn.Module):
-    def __init__(self, k: int, d: int, kind: str, bias: bool) -> None:
-        super().__init__()
-        self.kind = kind
-        self.weight = nn.Parameter(torch.empty(k, d))
-        self.bias = nn.Parameter(torch.empty(k, d)) if kind == "layer" and bias else None
-
-    def project(self, x: Tensor, wt: Tensor, b: Tensor | None) -> Tensor:
-        """W^T norm(x) (+ b): x (K, d, N), wt (K, d_out, d) -> (K, d_out, N).
-
-        Every norm feeds a projection, so its per-member affine is folded into that projection's
-        weights, W^T (g * y + beta) = (W^T g) y + W^T beta: d x d_out work instead of two passes
-        over the d x N activations. Normalising over dim 1 (d rows of N) vectorises along N."""
-        if self.kind == "layer":
-            x = x - x.mean(1, keepdim=True)
-        y = x * torch.rsqrt(x.square().mean(1, keepdim=True) + _EPS)  # (K, d, N)
-        if self.bias is not None:
-            shift = torch.bmm(wt, self.bias.unsqueeze(2)).squeeze(2)  # (K, d_out)
-            b = shift if b is None else b + shift
-        return _project(y, wt * self.weight.unsqueeze(1), b)
-
-
-def _normed(norm: _Norm | None, x: Tensor, wt: Tensor, b: Tensor | None) -> Tensor:
-    return _project(x, wt, b) if norm is None else norm.project(x, wt, b)
 
 
 class _Block(nn.Module):
@@ -276,11 +183,16 @@ class ArithTransformer(nn.Module):
         x = x0
         if (cap := self._capture) is not None:  # inspection only: norms (K, B, T)
             cap["resid"].append(x0.detach().view(K, d, B, T).norm(dim=1))
+        # The last block only needs queries from `from_pos` on: nothing after it mixes
+        # positions, so the rows before it would be computed and thrown away (~T/(T-from_pos)
+        # of that block's attention and MLP work; add10: 32 positions, 11 needed).
+        last_call = (cfg.n_loops - 1, len(self.layers) - 1) if cap is None else None
         for loop in range(cfg.n_loops):
             if loop and cfg.input_injection:
                 x = x + x0
-            for blk in self.layers:
-                x = self._block(blk, x, B, T)
+            for j, blk in enumerate(self.layers):
+                q_from = from_pos if (loop, j) == last_call else 0
+                x = self._block(blk, x, B, T, q_from)
                 if cap is not None:
                     cap["resid"].append(x.detach().view(K, d, B, T).norm(dim=1))
         # unembedding W^T is the embedding itself when tied: (K, V, d)
@@ -289,7 +201,8 @@ class ArithTransformer(nn.Module):
         last = self.final_norm if self.shared_norm is None else self.shared_norm
         if from_pos:
             T = T - from_pos
-            x = x.view(K, d, B, -1)[..., from_pos:].reshape(K, d, B * T)
+            if cap is not None:  # inspection ran every block on all positions
+                x = x.view(K, d, B, -1)[..., from_pos:].reshape(K, d, B * T)
         logits = _normed(last if cfg.final_norm else None, x, wt, b)  # (K, V, B*T)
         return logits.transpose(1, 2).reshape(K, B, T, V)  # one copy into the caller's layout
 
@@ -323,7 +236,9 @@ class ArithTransformer(nn.Module):
         before = torch.where(digit.bool(), 0, seen).cummax(-1).values
         return seen - before  # non-digit: seen == before -> 0
 
-    def _block(self, blk: _Block, x: Tensor, B: int, T: int) -> Tensor:  # x (K, d, B*T)
+    def _block(self, blk: _Block, x: Tensor, B: int, T: int, q_from: int = 0) -> Tensor:
+        """x (K, d, B*T) -> (K, d, B*(T - q_from)): keys and values from every position,
+        queries (and so the outputs, attention rows and MLP) only from `q_from` on."""
         cfg, K = self.cfg, self.k
         H, qk, vh = cfg.n_heads, cfg.qk_head, cfg.v_head
         norm1 = self.shared_norm if blk.norm1 is None else blk.norm1
@@ -344,12 +259,17 @@ class ArithTransformer(nn.Module):
         v = k if kv is not None else heads(parts[2], vh)
         if cfg.pos == "rope":
             q, k = self._rope(q), self._rope(k)
-        o = _CausalAttention.apply(q, k, v, self.mask[:T, :T], qk ** -0.5)  # (K*B*H, vh, T)
+        Tq = T - q_from
+        if q_from:
+            q = q[..., q_from:]  # (K*B*H, qk, Tq)
+            x = x.view(K, -1, B, T)[..., q_from:].reshape(K, -1, B * Tq)
+        mask = self.mask[q_from:T, :T]  # (Tq, T)
+        o = _CausalAttention.apply(q, k, v, mask, qk ** -0.5)  # (K*B*H, vh, Tq)
         if self._capture is not None:  # inspection only: p again, exactly as apply makes it
             p = torch.baddbmm(self.mask[:T, :T], q.detach().transpose(1, 2), k.detach(),
                               alpha=qk ** -0.5).softmax(-1)  # (K*B*H, T, T)
             self._capture["attn"].append(p.view(K, B, H, T, T))
-        o = o.view(K, B, H * vh, T).transpose(1, 2).reshape(K, H * vh, B * T)
+        o = o.view(K, B, H * vh, Tq).transpose(1, 2).reshape(K, H * vh, B * Tq)
         x = torch.baddbmm(x, a.o.matrix_t(), o)  # residual add rides in the bmm
         if a.o.bias is not None:
             x = x + a.o.bias.unsqueeze(2)

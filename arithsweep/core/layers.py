@@ -1,0 +1,112 @@
+"""The layer primitives of the population model (`arithsweep.core.model`), CPU-tuned.
+
+Every parameter is (K, ...): member i is p[i]. Projections are stored as W (K, d_in, d_out),
+but the residual stream runs feature-major, x (K, d, N) with N = B*T (b-major), so each
+projection is one torch.bmm(W^T, x) with a wide (d_out x N) output: for d ~ 7-16 CPU GEMMs are
+2-10x faster that way round than x @ W with its narrow (N x d_out) one. Here: the (optionally
+low-rank) projection, the causal attention with its hand-written backward, the one-hot lookup,
+and norms folded into the projection they feed. `tests/test_model.py` checks them through
+the model (gradients against autograd included).
+
+    python -c "import torch; from arithsweep.core.layers import _lookup; \
+        print(_lookup(torch.eye(3)[None], torch.tensor([[2, 0]])))"
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+_EPS = 1e-5
+
+
+def _table(k: int, *shape: int) -> nn.Parameter:
+    return nn.Parameter(torch.empty(k, *shape))
+
+
+class _Proj(nn.Module):
+    """A (K, d_in, d_out) projection, optionally low rank (W = A @ B) and with a bias."""
+
+    def __init__(self, k: int, d_in: int, d_out: int, rank: int, bias: bool) -> None:
+        super().__init__()
+        self.low_rank = rank > 0
+        if self.low_rank:
+            self.A, self.B = _table(k, d_in, rank), _table(k, rank, d_out)
+        else:
+            self.weight = _table(k, d_in, d_out)
+        self.bias = _table(k, d_out) if bias else None
+
+    def matrix_t(self) -> Tensor:  # W^T (K, d_out, d_in)
+        # Forming W from its factors costs d_in*r*d_out per member, far below one batch's x @ A,
+        # and keeps one big bmm per projection (and lets q/k/v fuse) whatever the rank.
+        w = torch.bmm(self.A, self.B) if self.low_rank else self.weight
+        return w.transpose(1, 2)
+
+
+class _CausalAttention(torch.autograd.Function):
+    """softmax(q^T k * scale + mask) v^T for N = K*B*H tiny problems, all in (d x T) form.
+
+    Written out because CPU GEMMs of these shapes are ~3x slower when the output is a narrow
+    (T x d) matrix than when it is (d x T) or (T x T), and autograd's own bmm backward would
+    produce dq in the narrow form and hand softmax a transposed gradient that it must copy.
+    Here every product, forward and backward, has a (d x T) or (T x T) output (~1.5x faster)."""
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float) -> Tensor:
+        # q (N, qk, Tq), k (N, qk, T), v (N, vh, T), mask (Tq, T) additive -> o (N, vh, Tq):
+        # the queries may be the last Tq positions only (see ArithTransformer._block)
+        p = torch.baddbmm(mask, q.transpose(1, 2), k, alpha=scale).softmax(-1)  # (N, Tq, T)
+        ctx.save_for_backward(q, k, v, p)
+        ctx.scale = scale
+        return torch.bmm(v, p.transpose(1, 2))
+
+    @staticmethod
+    def backward(ctx, g: Tensor):  # g = d o (N, vh, T)
+        q, k, v, p = ctx.saved_tensors
+        dp = torch.bmm(g.transpose(1, 2), v)  # (N, T, T)
+        dv = torch.bmm(g, p)  # (N, vh, T)
+        ds = torch._softmax_backward_data(dp, p, -1, p.dtype).mul_(ctx.scale)  # (N, T, T)
+        dq = torch.bmm(k, ds.transpose(1, 2))  # (N, qk, T)
+        dk = torch.bmm(q, ds)  # (N, qk, T)
+        return dq, dk, dv, None, None
+
+
+def _lookup(table: Tensor, idx: Tensor) -> Tensor:
+    """Rows of per-member tables, feature-major: table (K, R, d), idx (K, N) -> (K, d, N).
+
+    A one-hot GEMM rather than F.embedding: its output is already feature-major and its backward
+    is a GEMM too, ~2x faster on CPU than embedding's scatter-add (and scatter_ bounds-checks)."""
+    K, R, _ = table.shape
+    hot = torch.zeros(K, R, idx.shape[1], dtype=table.dtype, device=table.device)
+    return torch.bmm(table.transpose(1, 2), hot.scatter_(1, idx.unsqueeze(1), 1.0))
+
+
+def _project(x: Tensor, wt: Tensor, b: Tensor | None) -> Tensor:
+    """W^T x (+ b): x (K, d_in, N), wt (K, d_out, d_in) -> (K, d_out, N); the bias rides in."""
+    return torch.bmm(wt, x) if b is None else torch.baddbmm(b.unsqueeze(2), wt, x)
+
+
+class _Norm(nn.Module):
+    def __init__(self, k: int, d: int, kind: str, bias: bool) -> None:
+        super().__init__()
+        self.kind = kind
+        self.weight = nn.Parameter(torch.empty(k, d))
+        self.bias = nn.Parameter(torch.empty(k, d)) if kind == "layer" and bias else None
+
+    def project(self, x: Tensor, wt: Tensor, b: Tensor | None) -> Tensor:
+        """W^T norm(x) (+ b): x (K, d, N), wt (K, d_out, d) -> (K, d_out, N).
+
+        Every norm feeds a projection, so its per-member affine is folded into that projection's
+        weights, W^T (g * y + beta) = (W^T g) y + W^T beta: d x d_out work instead of two passes
+        over the d x N activations. Normalising over dim 1 (d rows of N) vectorises along N."""
+        if self.kind == "layer":
+            x = x - x.mean(1, keepdim=True)
+        y = x * torch.rsqrt(x.square().mean(1, keepdim=True) + _EPS)  # (K, d, N)
+        if self.bias is not None:
+            shift = torch.bmm(wt, self.bias.unsqueeze(2)).squeeze(2)  # (K, d_out)
+            b = shift if b is None else b + shift
+        return _project(y, wt * self.weight.unsqueeze(1), b)
+
+
+def _normed(norm: _Norm | None, x: Tensor, wt: Tensor, b: Tensor | None) -> Tensor:
+    return _project(x, wt, b) if norm is None else norm.project(x, wt, b)
