@@ -129,16 +129,19 @@ def test_sampler_field_defaults_and_legacy_configs(tmp_path):
     assert TrainConfig().sampler == "hash"
     with pytest.raises(ConfigError, match="sampler"):
         TrainConfig(sampler="dice")
-    # a recipe or checkpoint saved before the field existed was trained with the stream
-    recipe = tmp_path / "old.yaml"
+    # a user's YAML gets today's default; the shipped recipe pins the stream it was made with
+    recipe = tmp_path / "mine.yaml"
     recipe.write_text("task: add3\ntrain:\n  steps: 10\n")
-    assert build_configs(None, None, recipe, {})[2].sampler == "stream"
-    assert build_configs(None, None, recipe, {"sampler": "hash"})[2].sampler == "hash"
+    assert build_configs(None, None, recipe, {})[2].sampler == "hash"
     assert build_configs("add3", None, None, {})[2].sampler == "hash"
     assert build_configs(None, None, "recipes/add10-742.yaml", {})[2].sampler == "stream"
+    # a checkpoint saved before the field existed was trained with the stream, and its
+    # config.json retrains it that way unless told otherwise
     ckpt = next(p for p in sorted(__import__("pathlib").Path("leaderboard/checkpoints").iterdir())
                 if p.is_dir())
     assert load_checkpoint(ckpt).train_cfg.sampler == "stream"
+    assert build_configs(None, None, ckpt / "config.json", {})[2].sampler == "stream"
+    assert build_configs(None, None, ckpt / "config.json", {"sampler": "hash"})[2].sampler == "hash"
 
 
 def test_stream_fallback_is_announced():

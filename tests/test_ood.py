@@ -183,3 +183,11 @@ def test_abacus_model_trained_on_two_digits_runs_on_a_four_digit_grid(capsys, tm
     assert abs(float(exact_match(model, wide, a, b, op).float().mean()) - greedy) < 1e-9
     code, out, _ = run(capsys, "ood", tmp_path / "ck", "--max-digits", "3", "--per-cell", "20")
     assert code == 0 and "ratio" in out and "add3 -> add3" in out
+
+
+def test_ood_refuses_a_task_without_operand_lengths():
+    task = get_task("sort3")
+    model = ArithTransformer(ModelConfig(vocab_size=task.vocab_size, n_ctx=task.n_ctx,
+                                         pos="abacus"))
+    with pytest.raises(ConfigError, match="no operand lengths"):
+        widen(model, task, 4)

@@ -165,9 +165,9 @@ class ModelConfig(DictConfig):
 
 SAMPLINGS = ("uniform", "values", "carry", "mixed", "enriched")
 SAMPLERS = ("hash", "stream")
-# Train fields whose default changed: a saved train config (checkpoint, recipe) that lacks
-# one was made under the old default, so loading it fills these in before the dataclass
-# defaults apply, and retraining reproduces it.
+# Train fields whose default changed: a checkpoint's train config that lacks one was made
+# under the old default, so loading it fills these in before the dataclass defaults apply,
+# and retraining reproduces it.
 LEGACY_TRAIN_DEFAULTS = {"sampler": "stream"}
 
 
@@ -193,8 +193,9 @@ class TrainConfig(DictConfig):
     sampling: str = "mixed"
     # hash: counter-based, keyed by (seed, step, row), all members in one vectorised call, the
     # same on CPU and CUDA (core/hash_sampling.py). stream: the older per-seed torch.Generator
-    # stream; checkpoints and recipes saved without this field were trained with it, so
-    # loading one without the field means "stream" (checkpoint.py, overrides.py).
+    # stream; checkpoints saved without this field were trained with it, so loading one (or
+    # retraining from its config.json) without the field means "stream" (checkpoint.py,
+    # overrides.py); recipes/add10-742.yaml says `sampler: stream` itself.
     sampler: str = "hash"
     carry_frac: float = 0.25  # with "mixed": share of each batch drawn carry-enriched
     # The carry share fades linearly from carry_frac to 0 between these fractions of `steps`

@@ -100,6 +100,9 @@ def _rebuilt(model: ArithTransformer, **changes: Any) -> ArithTransformer:
 
 def widen(model: ArithTransformer, task: Task, max_digits: int) -> tuple[ArithTransformer, Task]:
     """The model and task to test operands of up to `max_digits` digits with."""
+    if task.op not in MAX_DIGITS:  # sort<N>: its lengths are item counts, not operands
+        raise ConfigError(f"ood: {task.name} has no operand lengths to generalise over; "
+                          f"it works on add, sub, mix and mul tasks")
     top = MAX_DIGITS[task.op]
     if not isinstance(max_digits, int) or isinstance(max_digits, bool) \
             or not 1 <= max_digits <= top:

@@ -63,6 +63,10 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config {p}: expected a mapping with sections {CONFIG_SECTIONS}")
     if "format_name" in doc:  # a checkpoint's config.json names its format this way
         doc = {**doc, "format": doc["format_name"]}
+        if isinstance(doc.get("train"), dict):
+            # saved before a default changed, it meant the old default (`sampler` absent:
+            # "stream"), so retraining from it reproduces it; user YAML gets today's defaults
+            doc["train"] = {**LEGACY_TRAIN_DEFAULTS, **doc["train"]}
     return {k: doc[k] for k in CONFIG_SECTIONS if k in doc and doc[k] is not None}
 
 
@@ -102,10 +106,7 @@ def build_configs(
                   if k not in ("vocab_size", "n_ctx")}
     # the dataclass defaults are the only defaults: the file's values, then the overrides
     model_d = {**file_model, **m_over}
-    # a file's train section (a recipe, a checkpoint's config.json) written before a default
-    # changed meant the old default: `sampler` absent there = "stream"
-    legacy = LEGACY_TRAIN_DEFAULTS if doc.get("train") else {}
-    train_d = {**legacy, **(doc.get("train") or {}), **t_over}
+    train_d = {**(doc.get("train") or {}), **t_over}
     try:
         model_cfg = ModelConfig.from_dict(
             {**model_d, "vocab_size": task.vocab_size, "n_ctx": task.n_ctx})
