@@ -65,7 +65,7 @@ PROJECTS: tuple[Project, ...] = (
         "most 20 digits and reaches 99% exact match on 100-digit addition, about five times "
         "the training length, with abacus embeddings (each digit's index within its number, "
         "randomly offset in training); looped transformers with input injection help further.",
-        "Trained on short operands with `--train-digits`, then `arithsweep ood ENTRY` draws the "
+        "Trained on short operands (`--set train_digits=N`), then `arithsweep ood ENTRY` draws the "
         "exact-match grid by operand lengths far past the training length; the outlined "
         "square is what training saw, and `--loops` re-runs a looped model with more or fewer "
         "recurrences.",
