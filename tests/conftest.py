@@ -4,12 +4,15 @@ checkpoint, verify, export and CLI tests (training is the slow part of the suite
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
+REPO = Path(__file__).resolve().parent.parent
 ADD2_MODEL = {"n_layers": 1, "d_model": 16, "n_heads": 2, "d_ff": 32}
 ADD2_TRAIN = {"steps": 4000, "batch_size": 128, "lr": 1e-2, "warmup": 50, "seeds": 2,
               "eval_every": 100, "eval_size": 1024, "early_stop": False}
@@ -33,3 +36,27 @@ def add2_trained(tmp_path_factory):
     path = tmp_path_factory.mktemp("ckpt") / "add2"
     result.save_best(path)
     return result, path
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    """A local Ray instance for the real-Ray search tests (one per module)."""
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    import ray
+
+    if ray.is_initialized():  # another module's instance: share it, leave it running
+        yield ray
+        return
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture
+def ckpt(add2_trained, tmp_path):
+    """A private copy of the add2 fixture's checkpoint, for tests that damage or record it."""
+    dest = tmp_path / "ck"
+    shutil.copytree(add2_trained[1], dest)
+    return dest

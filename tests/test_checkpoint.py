@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import pickle
-import shutil
 
 import pytest
 import torch
@@ -14,14 +13,6 @@ from safetensors.torch import load_file, save_file
 from arithsweep.core.checkpoint import load_checkpoint, sha256_file
 from arithsweep.core.errors import CheckpointError
 from arithsweep.core.evaluate import exact_match
-
-
-@pytest.fixture
-def ckpt(add2_trained, tmp_path):
-    _, path = add2_trained
-    dest = tmp_path / "ck"
-    shutil.copytree(path, dest)
-    return dest
 
 
 def test_round_trip_gives_the_same_model(add2_trained, ckpt):

@@ -7,15 +7,11 @@ Real Ray (local, 2 CPUs), real Optuna, MLflow and leaderboard SQLite files under
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 
 from arithsweep.search.options import GPU_PROPOSALS, SearchOptions, resources_per_trial
-
-REPO = Path(__file__).resolve().parent.parent
 
 # The shape varies (d_ff) and so do per-member settings (lr, warmup): a pack pins the shape
 # and lets Optuna choose the rest per proposal. Target 0.5 on add2 is reached by d_ff 32 in a
@@ -36,21 +32,6 @@ train:
   eval_every: 100
   eval_size: 512
 """
-
-
-@pytest.fixture(scope="module")
-def ray_local():
-    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    os.environ["RAY_AUTH_MODE"] = "disabled"
-    import ray
-
-    if ray.is_initialized():  # another module's instance: share it, leave it running
-        yield ray
-        return
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
-    yield ray
-    ray.shutdown()
 
 
 @pytest.mark.slow

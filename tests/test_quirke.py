@@ -4,7 +4,6 @@ generator, training on it, and the per-class part of a verification report."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 import torch
@@ -169,13 +168,6 @@ def test_training_can_sample_enriched():
     assert result.params > 0
     with pytest.raises(ConfigError, match="sampling"):
         TrainConfig(sampling="quirke")
-
-
-@pytest.fixture
-def ckpt(add2_trained, tmp_path):
-    dest = tmp_path / "ck"
-    shutil.copytree(add2_trained[1], dest)
-    return dest
 
 
 def test_verify_report_per_class_adds_up(ckpt, capsys):

@@ -11,15 +11,12 @@ and plot checks at the bottom are fast.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from arithsweep.core.errors import ConfigError
 from arithsweep.search.driver import SearchOptions, run_search
-
-REPO = Path(__file__).resolve().parent.parent
 
 # d_model 16, 2 heads, d_ff 32, lr 0.01, batch 128 passes 90% on add2 in ~900 steps for every
 # seed tried; the space varies d_ff so the study has something to minimise. The first start
@@ -60,21 +57,6 @@ train:
   eval_every: 100
   eval_size: 512
 """
-
-
-@pytest.fixture(scope="module")
-def ray_local():
-    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    os.environ["RAY_AUTH_MODE"] = "disabled"
-    import ray
-
-    if ray.is_initialized():  # another module's instance: share it, leave it running
-        yield ray
-        return
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
-    yield ray
-    ray.shutdown()
 
 
 def _space(tmp_path: Path, text: str) -> str:

@@ -4,7 +4,6 @@ checkpoints and a third-party checkpoint; recording only what qualifies."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 import torch
@@ -16,13 +15,6 @@ from arithsweep.core.model import ArithTransformer, count_params
 from arithsweep.core.tasks import get_task
 from arithsweep.leaderboard.board import open_db
 from arithsweep.leaderboard.verify import build_suite, verify
-
-
-@pytest.fixture
-def ckpt(add2_trained, tmp_path):
-    dest = tmp_path / "ck"
-    shutil.copytree(add2_trained[1], dest)
-    return dest
 
 
 def test_trained_add2_qualifies_and_is_recorded_once(ckpt, tmp_path):
