@@ -103,7 +103,11 @@ PROJECTS: tuple[Project, ...] = (
 
 
 def _percent(x: Any) -> str:
-    return "" if x is None else f"{100 * float(x):.4f}%"
+    # publish's own rounding (down, so a model with failures never shows 100%); imported here
+    # because publish imports this module
+    from arithsweep.leaderboard.publish import percent
+
+    return percent(x)
 
 
 def _class_table(row: dict[str, Any]) -> list[str]:
