@@ -99,11 +99,8 @@ def entry_detail(row: dict[str, Any]) -> Any:
         if row.get(key):
             parts.append(_kv_table(title, row[key]))
     breakdown = row.get("breakdown") or {}
-    for key, title, label in (
-        ("by_carry", "By carry class", "class"),
-        ("by_lengths", "By operand lengths", "lengths"),
-        ("by_answer_len", "By answer length", "digits"),
-    ):
+    heads = {**_titles(row.get("task")), "by_answer_len": ("By answer length", "digits")}
+    for key, (title, label) in heads.items():
         if breakdown.get(key):
             parts.append(_bucket_table(title, label, breakdown[key]))
     if breakdown.get("by_class"):
@@ -118,6 +115,15 @@ def entry_detail(row: dict[str, Any]) -> Any:
         parts.append(Panel(Text(row["reproduce"]), title="Reproduce",
                            title_align="left", expand=False))
     return Group(*parts)
+
+
+def _titles(task: str | None) -> dict[str, tuple[str, str]]:
+    """Breakdown headings: sorting reuses the carry/lengths buckets for inversions (S0 = already
+    sorted, see core/sort_task.py) and the digit counts of its smallest and largest values."""
+    if str(task or "").startswith("sort"):
+        return {"by_carry": ("By inversions (S0 = already sorted)", "inversions"),
+                "by_lengths": ("By value lengths (smallest x largest)", "digits")}
+    return {"by_carry": ("By carry class", "class"), "by_lengths": ("By operand lengths", "lengths")}
 
 
 def _dash(x: Any) -> str:
@@ -146,18 +152,19 @@ def report_detail(report: Any) -> Any:
         "nines": d["nines"],
         "Wilson 95% lower": f"{d['wilson_lower']:.6f}",
     }
-    parts: list[Any] = [_kv_table("Verification", head),
-                        _bucket_table("By carry class", "class", d["by_carry"])]
+    heads = _titles(d["task"])
+    parts: list[Any] = [_kv_table("Verification", head), _bucket_table(*heads["by_carry"],
+                                                                       d["by_carry"])]
     if d.get("by_class"):  # Quirke's classes, each with its own nines (add, sub, mix)
         parts.append(_bucket_table("By Quirke class", "class", d["by_class"], ordered=True))
     lengths = d["by_lengths"]
     if len(lengths) > 25:  # add10 has 100 length pairs: show the worst ten
         worst = sorted(lengths, key=lambda k: lengths[k]["correct"] / max(1, lengths[k]["n"]))
         lengths = {k: lengths[k] for k in worst[:10]}
-        title = "By operand lengths (10 worst)"
-    else:
-        title = "By operand lengths"
-    parts.append(_bucket_table(title, "lengths", lengths))
+    title, label = heads["by_lengths"]
+    if len(lengths) != len(d["by_lengths"]):
+        title += " (10 worst)"
+    parts.append(_bucket_table(title, label, lengths))
     if d["failures"]:
         lines = [f"{f['problem']} = {f['expected']}, got {f['got']}" for f in d["failures"]]
         parts.append(Panel(Text("\n".join(lines)), title="First failures",

@@ -161,3 +161,13 @@ def bench(
     out.print(f"exact match on {e['problems']:,} {res['task']} problems ({e['params']} params): "
               f"{e['seconds']:.2f}s = {e['problems_per_s']:,.0f}/s teacher-forced; greedy decoding "
               f"{e['greedy_per_s']:,.0f}/s ({e['speedup']:.1f}x slower)")
+    if res.get("cuda"):
+        gpu = res["cuda"][0]["gpu"]
+        tab = Table(title=f"CUDA training, {res['model']} on {res['task']} ({gpu})")
+        for c in ("K", "step", "attention", "examples/s", "GPU busy", "vs default at K=1024"):
+            tab.add_column(c, justify="right")
+        for r in res["cuda"]:
+            util = "n/a" if r["gpu_util"] is None else f"{r['gpu_util']:.0f}%"
+            tab.add_row(str(r["k"]), r["step"], r["attention"], f"{r['examples_per_s']:,.0f}",
+                        util, f"{r['vs_default_k1024']:.2f}x")
+        out.print(tab)

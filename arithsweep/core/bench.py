@@ -9,10 +9,16 @@
    `train_population` pack vs one `train()` per proposal, one after another, as proposals
    trained per hour, on the add10 bench model and on a 244-parameter add3 model.
 
+4. On CUDA only: aggregate training examples/s at K = 1, 64, 1024 seeds of the add10 bench
+   model with the default step (one captured CUDA graph, fused attention), the GPU's
+   utilisation sampled while it runs, and at K = 1024 the same pack eager and with the manual
+   attention kernel, as ratios.
+
 Absolute numbers depend on the machine; the ratios are the point.
 
     arithsweep bench            # ~1-2 minutes on a 2-core CPU
     arithsweep bench --quick    # a smoke run
+    arithsweep bench --device cuda
 """
 
 from __future__ import annotations
@@ -159,6 +165,71 @@ def sampler_throughput(task, k: int, chunks: int, device: str,
     return row
 
 
+class _Utilisation:
+    """GPU busy percentage sampled every 0.1 s while a block runs (None without NVML)."""
+
+    def __enter__(self) -> _Utilisation:
+        import threading
+
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+
+        def poll() -> None:
+            while not self._stop.wait(0.1):
+                try:
+                    self.samples.append(float(torch.cuda.utilization()))
+                except Exception:  # noqa: BLE001 - no pynvml / NVML: report None
+                    return
+
+        self._thread = threading.Thread(target=poll, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def mean(self) -> float | None:
+        return sum(self.samples) / len(self.samples) if self.samples else None
+
+
+def cuda_rows(task, cfg: ModelConfig, device: str, quick: bool,
+              log: Callable[[str], None] | None) -> list[dict[str, Any]]:
+    """Aggregate examples/s on CUDA by K, step mode and attention kernel (see module doc)."""
+    from arithsweep.core import layers
+
+    steps, batch = (20, 256) if quick else (60, 256)
+    runs = [(k, True, "fused") for k in (1, 64, 1024)] + [(1024, False, "fused"),
+                                                          (1024, True, "manual")]
+    rows = []
+    for k, graph, kernel in runs:
+        tc = replace(_train_cfg(k, steps, 0, device), batch_size=batch, cuda_graph=graph)
+        saved, layers.ATTENTION["cuda"] = layers.ATTENTION["cuda"], kernel
+        try:
+            train(task, cfg, replace(tc, steps=5))  # warm-up: allocator, cuBLAS, capture
+            torch.cuda.synchronize()
+            with _Utilisation() as util:
+                t0 = time.perf_counter()
+                r = train(task, cfg, tc)
+                torch.cuda.synchronize()
+                dt = time.perf_counter() - t0
+        finally:
+            layers.ATTENTION["cuda"] = saved
+        row = {"k": k, "batch_per_seed": batch, "step": r.step_mode, "attention": kernel,
+               "examples_per_s": r.examples / dt, "gpu_util": util.mean,
+               "gpu": torch.cuda.get_device_name()}
+        rows.append(row)
+        if log:
+            u = "n/a" if util.mean is None else f"{util.mean:.0f}%"
+            log(f"cuda K={k} ({r.step_mode}, {kernel} attention): "
+                f"{row['examples_per_s']:,.0f} ex/s, GPU busy {u}")
+    best = rows[2]["examples_per_s"]
+    for row in rows:
+        row["vs_default_k1024"] = row["examples_per_s"] / best
+    return rows
+
+
 def run_bench(quick: bool = False, device: str = "auto",
               log: Callable[[str], None] | None = None) -> dict[str, Any]:
     task = get_task(BENCH_TASK)
@@ -168,7 +239,8 @@ def run_bench(quick: bool = False, device: str = "auto",
     ks = (1, 8) if quick else (1, 8, 32)
     rows = packing(task, cfg, ks, steps, dev, log)
     em = em_throughput(task, cfg, 10**5 if quick else 10**6, 5_000 if quick else 20_000, dev)
-    return {"task": task.name, "model": cfg.summary(), "params": count_params(cfg),
+    gpu = cuda_rows(task, cfg, dev, quick, log) if dev.startswith("cuda") else []
+    return {"cuda": gpu, "task": task.name, "model": cfg.summary(), "params": count_params(cfg),
             "device": dev, "threads": torch.get_num_threads(), "steps": steps,
             "batch_per_seed": 128, "packing": rows, "exact_match": em,
             "population": population_rows(quick, dev, log),

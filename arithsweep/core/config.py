@@ -232,6 +232,9 @@ class TrainConfig(DictConfig):
     micro_batch: int = 0
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     compile: bool = False  # torch.compile the packed loss (pays off on long runs)
+    # on CUDA, record the whole step (forward, backward, clipping, AdamW) once as a CUDA graph
+    # and replay it (core/step.py); false = launch every kernel every step (for comparison)
+    cuda_graph: bool = True
     time_budget: float = 0.0  # seconds; stop after the evaluation that crosses it; 0 = none
 
     def __post_init__(self) -> None:

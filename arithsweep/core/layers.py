@@ -71,6 +71,31 @@ class _CausalAttention(torch.autograd.Function):
         return dq, dk, dv, None, None
 
 
+def _fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float) -> Tensor:
+    """The same attention through PyTorch's fused kernel (for CUDA, see ATTENTION): q (N, qk,
+    Tq), k (N, qk, T), v (N, vh, T), mask (Tq, T) additive -> o (N, vh, Tq). The T x T scores
+    are never stored for backward; the transposes are views the kernel reads strided."""
+    o = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, scale=scale)
+    return o.transpose(1, 2)  # (N, Tq, vh) -> (N, vh, Tq)
+
+
+# Attention kernel per device type: "manual" (_CausalAttention, ~1.5x faster than autograd's
+# on a 2-core CPU) or "fused" (scaled_dot_product_attention). The CUDA choice follows PyTorch's
+# own kernels and has not been timed on a GPU by this project yet (`arithsweep bench --device
+# cuda` times both); `ArithTransformer.attention` overrides it per model.
+ATTENTION = {"cpu": "manual", "cuda": "fused"}
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float, kind: str) -> Tensor:
+    """Causal attention with the kernel `kind` ("auto" = ATTENTION for q's device)."""
+    if kind == "auto":
+        kind = ATTENTION.get(q.device.type, "manual")
+    if kind == "fused":
+        return _fused_attention(q, k, v, mask, scale)
+    return _CausalAttention.apply(q, k, v, mask, scale)
+
+
 def _lookup(table: Tensor, idx: Tensor) -> Tensor:
     """Rows of per-member tables, feature-major: table (K, R, d), idx (K, N) -> (K, d, N).
 

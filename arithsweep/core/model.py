@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from arithsweep.core.config import ACTIVATIONS, NORMS, POSITIONS, ModelConfig
 from arithsweep.core.errors import CheckpointError
-from arithsweep.core.layers import _CausalAttention, _lookup, _Norm, _normed, _Proj, _table
+from arithsweep.core.layers import _lookup, _Norm, _normed, _Proj, _table, attend
 
 __all__ = ["ACTIVATIONS", "NORMS", "POSITIONS", "ArithTransformer", "ModelConfig",
            "count_params", "param_breakdown"]
@@ -69,6 +69,7 @@ class ArithTransformer(nn.Module):
     # set only inside `capturing()`; the default forward pays one None check per block
     _capture: dict[str, list[Tensor]] | None = None
     _offset_gen: torch.Generator | None = None  # made on first use (see `_offsets`)
+    attention = "auto"  # attention kernel: auto (per device, layers.ATTENTION) | manual | fused
 
     def __init__(self, cfg: ModelConfig, k: int = 1, generator: torch.Generator | None = None,
                  seeds: list[int] | None = None) -> None:
@@ -264,12 +265,13 @@ class ArithTransformer(nn.Module):
             q = q[..., q_from:]  # (K*B*H, qk, Tq)
             x = x.view(K, -1, B, T)[..., q_from:].reshape(K, -1, B * Tq)
         mask = self.mask[q_from:T, :T]  # (Tq, T)
-        o = _CausalAttention.apply(q, k, v, mask, qk ** -0.5)  # (K*B*H, vh, Tq)
+        o = attend(q, k, v, mask, qk ** -0.5, self.attention)  # (K*B*H, vh, Tq)
         if self._capture is not None:  # inspection only: p again, exactly as apply makes it
             p = torch.baddbmm(self.mask[:T, :T], q.detach().transpose(1, 2), k.detach(),
                               alpha=qk ** -0.5).softmax(-1)  # (K*B*H, T, T)
             self._capture["attn"].append(p.view(K, B, H, T, T))
-        o = o.view(K, B, H * vh, Tq).transpose(1, 2).reshape(K, H * vh, B * Tq)
+        # splitting N = K*B*H is a view for either kernel's strides; then one copy
+        o = o.view(K, B, H, vh, Tq).permute(0, 2, 3, 1, 4).reshape(K, H * vh, B * Tq)
         x = torch.baddbmm(x, a.o.matrix_t(), o)  # residual add rides in the bmm
         if a.o.bias is not None:
             x = x + a.o.bias.unsqueeze(2)

@@ -31,6 +31,7 @@ from arithsweep.core.errors import ConfigError
 from arithsweep.core.evaluate import EvalSet, answer_start, score
 from arithsweep.core.model import ArithTransformer, ModelConfig, count_params
 from arithsweep.core.recipe import GrokfastEMA
+from arithsweep.core.step import PackStep, capture_blocker
 from arithsweep.core.tasks import Task
 
 # Fields that may differ between the proposals of one pack: per-member optimiser settings and
@@ -84,7 +85,11 @@ class PackAdamW:
         """(K,) -> one (K, 1, ..., 1) view per parameter, broadcasting over its member."""
         return [x.view(-1, *([1] * (p.dim() - 1))) for p in ps]
 
-    def zero_grad(self) -> None:
+    def zero_grad(self, set_to_none: bool = False) -> None:
+        if set_to_none:  # before a CUDA graph capture, whose backward assigns the gradients
+            for p in self.params:
+                p.grad = None
+            return
         grads = [p.grad for p in self.params if p.grad is not None]
         if grads:
             torch._foreach_zero_(grads)
@@ -207,28 +212,17 @@ def train_population(task: Task, model_cfg: ModelConfig, cfgs: Sequence[TrainCon
     total = main + c0.polish_steps
     grokfast = GrokfastEMA(params, c0.grokfast_alpha, c0.grokfast_lambda) \
         if c0.grokfast_alpha else None
+    runner = PackStep(model, opt, loss_fn, clip, alive, running, loss_sum, start,
+                      c0.batch_size, n_micro, grokfast,
+                      blocker=capture_blocker(device, model_cfg, c0, n_micro))
     t0 = time.perf_counter()
     step = 0
     while step < total:
         if step == main and c0.polish_steps:  # every seed's own errors, training split only
             data.polish([r.model for r in results], device)
         model.train()
-        active = alive & running  # (K,)
         tokens, mask = data.next(step)  # (K, B, T), (K, B, T-1)
-        opt.zero_grad()
-        losses = torch.zeros(K, device=device)
-        for t_mb, m_mb in zip(tokens.chunk(n_micro, 1), mask.chunk(n_micro, 1)):
-            mb = loss_fn(model, t_mb, m_mb, start) * (t_mb.shape[1] / c0.batch_size)  # (K,)
-            # a dead or frozen seed contributes nothing (a dead one's NaN would poison the sum)
-            torch.where(active, mb, torch.zeros_like(mb)).sum().backward()
-            losses += mb.detach()
-        alive &= torch.isfinite(losses) | ~running  # a frozen member can no longer fail
-        if grokfast is not None:
-            grokfast.apply()  # before clipping, as in the Grokfast paper
-        T._clip_and_guard(model, clip, alive)
-        active = alive & running
-        opt.step(lrs.at(step) * active)  # a zero lr leaves dead and frozen members exactly put
-        loss_sum += torch.where(active, losses.detach().double(), 0.0)
+        runner(tokens, mask, lrs.at(step))
         loss_n += 1
         step += 1
         for j, r in enumerate(results):
@@ -256,6 +250,7 @@ def train_population(task: Task, model_cfg: ModelConfig, cfgs: Sequence[TrainCon
         if not any(data.running):
             break
     for j, (r, o, n) in enumerate(zip(results, offs, counts)):
+        r.step_mode = runner.mode if runner.mode == "captured" else f"eager ({runner.reason})"
         if data.running[j]:  # ran to the end of the schedule
             r.steps, r.wall_time = step, time.perf_counter() - t0
             r.failed = (~alive[o:o + n]).tolist()

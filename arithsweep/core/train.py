@@ -95,6 +95,7 @@ class TrainResult:
     stopped_early: bool = False
     stop_reason: str = ""
     eval_size: int = 0  # distinct held-out problems per evaluation (see eval_problems)
+    step_mode: str = ""  # "captured" (one CUDA graph per step) or "eager (<why>)": core/step.py
 
     @property
     def examples_per_s(self) -> float:
