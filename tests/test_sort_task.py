@@ -272,7 +272,8 @@ def test_cli_train_verify_ask_sort(capsys, tmp_path, monkeypatch):
     code, out, err = run(capsys, "ask", tmp_path / "s4", "a:12,b:7,c:30,d:1", "5,5,1,5", "--json")
     assert code == 0, err
     rows = json.loads(out)["results"]
-    assert [r["expected"] for r in rows] == [4213, 3124]  # dbac, cabd
+    assert [r["expected"] for r in rows] == ["dbac", "cabd"]  # labels, not packed 4213, 3124
+    assert all(r["answer"] is None or isinstance(r["answer"], str) for r in rows)
     assert [r["problem"] for r in rows] == ["a:12,b:7,c:30,d:1", "a:5,b:5,c:1,d:5"]
     code, _, err = run(capsys, "ask", tmp_path / "s4", "a:1,b:2")
     assert code == 2 and "error:" in err and "Traceback" not in err
