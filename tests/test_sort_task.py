@@ -268,6 +268,7 @@ def test_cli_train_verify_ask_sort(capsys, tmp_path, monkeypatch):
     assert set(rep["by_carry"]) == {f"S{i}" for i in range(7)}  # inversions 0..6
     # 20 steps do not sort: failures are listed, each problem in the task's own text form
     assert rep["failures"] and all(":" in f["problem"] for f in rep["failures"])
+    assert all(f["expected"].isalpha() for f in rep["failures"])  # labels, e.g. dbac
 
     code, out, err = run(capsys, "ask", tmp_path / "s4", "a:12,b:7,c:30,d:1", "5,5,1,5", "--json")
     assert code == 0, err

@@ -132,10 +132,9 @@ def ask_job(checkpoint: str | Path, problems: list[str]) -> dict[str, Any]:
     op = torch.tensor([p[2] for p in parsed], dtype=torch.long)
     got = greedy_decode(ck.model, task, a, b, op) if parsed else []
     truth = task.answer(a, b, op).tolist() if parsed else []
-    # sort answers are label orders ('bac'), carried as integers (213) inside the task
-    shown = getattr(task, "labels_of", None) or (lambda x: x)
-    rows = [{"problem": task.format_problem(*p), "answer": None if g is None else shown(g),
-             "expected": shown(t), "correct": g == t} for p, g, t in zip(parsed, got, truth)]
+    rows = [{"problem": task.format_problem(*p), "answer": task.show_answer(g),
+             "expected": task.show_answer(t), "correct": g == t}
+            for p, g, t in zip(parsed, got, truth)]
     return {"checkpoint": str(ck.path), "task": task.name, "params": ck.params,
             "correct": sum(r["correct"] for r in rows), "total": len(rows), "results": rows}
 

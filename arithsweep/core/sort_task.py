@@ -327,6 +327,10 @@ class SortTask:
         """Answer integer -> labels: 213 -> 'bac'."""
         return "".join(chr(ord("a") + int(c) - 1) for c in str(int(answer)))
 
+    def show_answer(self, answer: int | None) -> str | None:
+        """As people read it (ask, verify's failures): the labels; None stays None."""
+        return None if answer is None else self.labels_of(answer)
+
     def example(self) -> str:
         """One literal encoded example, e.g. sort3: 'a12b07c30=  ->  bac'."""
         tokens = self.encode(self.pack([_EXAMPLE[:self.n_items]]), self.n_items, 0)[0][0].tolist()

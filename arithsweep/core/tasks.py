@@ -352,6 +352,10 @@ class Task:
         tokens, prompt_end, _ = self._encode(a, b, op)
         return [row[:end] for row, end in zip(tokens.tolist(), prompt_end.tolist(), strict=True)]
 
+    def show_answer(self, answer: int | None) -> int | str | None:
+        """An answer as people read it (sorting overrides this with labels)."""
+        return answer
+
     def decode_answer(self, answer_tokens: list[int]) -> int | None:
         """Generated answer tokens -> integer; None unless they are exactly the canonical form."""
         toks, eos = [int(t) for t in answer_tokens], self.token_id.get("<eos>")

@@ -143,7 +143,8 @@ def verify(
     got = greedy_decode(model, task, a[bad], b[bad], op[bad]) if bad.numel() else []
     truth = task.answer(a[bad], b[bad], op[bad]).tolist()
     failures = [{"problem": task.format_problem(int(a[i]), int(b[i]), int(op[i])),
-                 "expected": t, "got": g} for i, t, g in zip(bad.tolist(), truth, got)]
+                 "expected": task.show_answer(t), "got": task.show_answer(g)}
+                for i, t, g in zip(bad.tolist(), truth, got)]
     parts = breakdown(ok, task, a, b, op)
     meta, extra = ck.meta, extra or {}
     return VerificationReport(
