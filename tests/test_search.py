@@ -150,6 +150,10 @@ def test_search_verifies_at_once_and_never_trains_what_cannot_win(ray_local, tmp
     rows = open_db(f"sqlite:///{tmp_path / 'lb.db'}").query(task="add2", all=True)
     mine = [r for r in rows if r["search_name"] == "a"]
     assert mine and mine[0]["trial_id"] == first["trial_id"]
+    # ...and its checkpoint the trial's success rate, for LEADERBOARD.md's "seeds reached"
+    meta = json.loads((Path(mine[0]["checkpoint_path"]) / "config.json").read_text())["meta"]
+    assert meta["seeds_reached"] == first["seeds_reached"] >= 1
+    assert meta["seeds_trained"] == first["seeds_trained"]
 
     # live view: every trial started and completed; skips and the verification shown
     kinds = {(e["event"], e["trial_id"]) for e in events}

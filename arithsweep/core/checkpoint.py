@@ -103,6 +103,16 @@ def save_checkpoint(
     return digest
 
 
+def add_meta(path: str | Path, **meta: Any) -> None:
+    """Merge facts learnt after saving (e.g. a search trial's seeds_reached) into config.json's
+    `meta`; the weights and their sha256 are untouched. Verification never reads meta for
+    accuracy, so this can describe an entry but not change its verified figures."""
+    d = _resolve_dir(path)
+    doc = _read_config(d)
+    doc["meta"] = {**(doc.get("meta") or {}), **meta}
+    _atomic_write(d / CONFIG, json.dumps(doc, indent=2, sort_keys=True).encode())
+
+
 def _resolve_dir(path: str | Path) -> Path:
     p = Path(path).expanduser().absolute()
     if p.is_file() and p.name in (WEIGHTS, CONFIG):

@@ -278,7 +278,8 @@ def _finish(opts, name, sdir, task, target, results, mlflow_uri, experiment_id, 
     for r in feasible[:opts.n_verify]:
         incumbent.verify_candidate(name, sdir, target, {
             "trial_id": r["trial_id"], "params": r["params"], "train_em": r["best_em"],
-            "checkpoint": r["checkpoint"]})
+            "checkpoint": r["checkpoint"], "seeds_reached": r.get("seeds_reached"),
+            "seeds_trained": r.get("seeds_trained")})
     verified = []
     for trial_id, item in state.verified.items():
         item = {**item, "mlflow_run_id": runs.get(trial_id)}

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ray import tune
 
+from arithsweep.core.checkpoint import add_meta
 from arithsweep.search import run_settings
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,11 @@ def verify_candidate(name: str, sdir: Path, target: float, candidate: dict) -> d
     s = run_settings.state_of(name)
     if s is None or s.verifier is None or candidate["trial_id"] in s.verified:
         return None
+    seeds = {k: int(candidate[k]) for k in ("seeds_reached", "seeds_trained")
+             if candidate.get(k) is not None}
     try:
+        if seeds:  # the trial's success rate, for the published "seeds reached" column
+            add_meta(candidate["checkpoint"], **seeds)
         item = {**candidate, **s.verifier({**candidate, "search_name": name, "target": target})}
     except Exception as exc:  # a verifier failure fails this candidate, not the search
         log.warning("verifying %s failed: %s", candidate["trial_id"], exc)
@@ -86,4 +91,6 @@ class VerifyCallback(tune.Callback):
                 continue
             verify_candidate(self._name, Path(self._sdir), self._target, {
                 "trial_id": pid, "params": int(last.get("params", 0) or 0),
-                "train_em": float(last.get("best_em")), "checkpoint": path})
+                "train_em": float(last.get("best_em")), "checkpoint": path,
+                "seeds_reached": last.get("seeds_reached"),
+                "seeds_trained": last.get("seeds_trained")})
