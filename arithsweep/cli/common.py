@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from rich.console import Console
@@ -20,6 +21,18 @@ TASK_HELP = "task: add<N>, sub<N>, mix<N> (N = 1..18), mul<N> (N = 1..9) or sort
 FORMAT_HELP = "format words, comma-separated: pad|nopad, revans|fwdans, revops|fwdops, delim|nodelim"
 SET_HELP = "override any model or train field, e.g. --set final_norm=false (repeatable)"
 DB_HELP = "leaderboard database: SQLAlchemy URL or file path (default $ARITHSWEEP_DB or leaderboard/leaderboard.db)"
+
+
+def table(title: str, columns: Iterable[str], right: bool | Collection[str] = (),
+          **kw: Any) -> Any:
+    """A Rich table with these columns; `right` names the right-aligned ones (True: all);
+    `kw` goes to rich.table.Table (caption, title_justify, ...)."""
+    from rich.table import Table
+
+    tab = Table(title=title, **kw)
+    for c in columns:
+        tab.add_column(c, justify="right" if right is True or (right and c in right) else "left")
+    return tab
 
 
 def print_json(obj: Any) -> None:

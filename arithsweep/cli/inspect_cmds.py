@@ -18,7 +18,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from arithsweep.cli.common import DB_HELP, out, print_json
+from arithsweep.cli.common import DB_HELP, out, print_json, table
 from arithsweep.core.errors import ArithsweepError
 
 
@@ -64,9 +64,8 @@ def _print(res: dict[str, Any], views: dict[str, Any], png: Path | None, what: s
               f"{res['expected_answer']} · model says [bold]{res['greedy_answer']}[/] ({ok}) · "
               f"input tokens: {' '.join(res['tokens'])}")
     ans, vocab = res["answer"], res["vocab"]
-    tab = Table(title="answer probabilities", caption="on the model's own greedy answer")
-    for c in ("position", "chosen", "p(chosen)", "true", "p(true)"):
-        tab.add_column(c, justify="right")
+    tab = table("answer probabilities", ("position", "chosen", "p(chosen)", "true", "p(true)"),
+                right=True, caption="on the model's own greedy answer")
     for lab, c, e, pr in zip(ans["labels"], ans["chosen"], ans["expected"], ans["probs"]):
         pe = f"{pr[vocab.index(e)]:.4f}" if e is not None else "-"
         mark = "" if c == e else "[red]"
@@ -75,16 +74,13 @@ def _print(res: dict[str, Any], views: dict[str, Any], png: Path | None, what: s
     out.print(_top_keys(res))
     out.print(f"{views['problems']:,} problems, {views['source']}: exact match "
               f"{views['exact_match']:.4f}")
-    tab = Table(title="exact match by answer length")
-    for c in ("answer digits", "problems", "correct", "exact match"):
-        tab.add_column(c, justify="right")
+    tab = table("exact match by answer length",
+                ("answer digits", "problems", "correct", "exact match"), right=True)
     for r in views["by_answer_len"]:
         tab.add_row(str(r["answer_len"]), f"{r['problems']:,}", f"{r['correct']:,}",
                     f"{r['exact_match']:.4f}")
     out.print(tab)
-    tab = Table(title="accuracy by answer position")
-    for c in ("position", "holds", "accuracy"):
-        tab.add_column(c, justify="right")
+    tab = table("accuracy by answer position", ("position", "holds", "accuracy"), right=True)
     for r in views["by_position"]:
         style = "" if r["accuracy"] >= 0.99 else "[red]"
         tab.add_row(str(r["position"]), r["label"], f"{style}{r['accuracy']:.4f}")

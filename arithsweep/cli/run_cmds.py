@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
 from arithsweep.cli.common import (
     FORMAT_HELP,
@@ -20,6 +19,7 @@ from arithsweep.cli.common import (
     model_overrides,
     out,
     print_json,
+    table,
 )
 from arithsweep.core.errors import ArithsweepError
 
@@ -58,9 +58,7 @@ def train(
     res = train_job(t, m, tc, dest, progress=not as_json)
     if as_json:
         return print_json(res)
-    tab = Table(title=f"{res['task']} · {res['architecture']}")
-    for c in ("seed", "eval exact match", ""):
-        tab.add_column(c)
+    tab = table(f"{res['task']} · {res['architecture']}", ("seed", "eval exact match", ""))
     for i, e in enumerate(res["seed_exact_match"]):
         mark = "best" if tc.seed + i == res["best_seed"] else (
             "failed (NaN)" if i in res["failed_seeds"] else "")
@@ -96,9 +94,7 @@ def ask(
     res = ask_job(checkpoint, items)
     if as_json:
         return print_json(res)
-    tab = Table(title=f"{res['task']} · {res['params']} parameters")
-    for c in ("problem", "model", "true", ""):
-        tab.add_column(c)
+    tab = table(f"{res['task']} · {res['params']} parameters", ("problem", "model", "true", ""))
     for r in res["results"]:
         tab.add_row(r["problem"], str(r["answer"]), str(r["expected"]),
                     "[green]right[/]" if r["correct"] else "[red]wrong[/]")
@@ -129,9 +125,8 @@ def params(
     res = params_job(t, m)
     if as_json:
         return print_json(res)
-    tab = Table(title=f"{res['task']} · {res['architecture']}")
-    tab.add_column("component")
-    tab.add_column("params", justify="right")
+    tab = table(f"{res['task']} · {res['architecture']}", ("component", "params"),
+                right={"params"})
     for row in res["breakdown"]:
         tab.add_row(row["component"], str(row["params"]))
     tab.add_row("[bold]total (unique)[/]", f"[bold]{res['params']}[/]")
@@ -150,9 +145,8 @@ def bench(
     res = run_bench(quick=quick, device=device, log=None if as_json else err.print)
     if as_json:
         return print_json(res)
-    tab = Table(title=f"packed training, {res['model']} on {res['task']} ({res['device']})")
-    for c in ("K", "packed ex/s", "sequential ex/s", "packed / sequential"):
-        tab.add_column(c, justify="right")
+    tab = table(f"packed training, {res['model']} on {res['task']} ({res['device']})",
+                ("K", "packed ex/s", "sequential ex/s", "packed / sequential"), right=True)
     for r in res["packing"]:
         tab.add_row(str(r["k"]), f"{r['packed_ex_s']:,.0f}", f"{r['sequential_ex_s']:,.0f}",
                     f"[bold]{r['ratio']:.2f}x[/]")
@@ -163,9 +157,9 @@ def bench(
               f"{e['greedy_per_s']:,.0f}/s ({e['speedup']:.1f}x slower)")
     if res.get("cuda"):
         gpu = res["cuda"][0]["gpu"]
-        tab = Table(title=f"CUDA training, {res['model']} on {res['task']} ({gpu})")
-        for c in ("K", "step", "attention", "examples/s", "GPU busy", "vs default at K=1024"):
-            tab.add_column(c, justify="right")
+        tab = table(f"CUDA training, {res['model']} on {res['task']} ({gpu})",
+                    ("K", "step", "attention", "examples/s", "GPU busy", "vs default at K=1024"),
+                    right=True)
         for r in res["cuda"]:
             util = "n/a" if r["gpu_util"] is None else f"{r['gpu_util']:.0f}%"
             tab.add_row(str(r["k"]), r["step"], r["attention"], f"{r['examples_per_s']:,.0f}",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import typer
 
-from arithsweep.cli.common import DB_HELP, TASK_HELP, err, out, print_json
+from arithsweep.cli.common import DB_HELP, TASK_HELP, err, out, print_json, table
 from arithsweep.core.errors import ArithsweepError
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
@@ -36,14 +36,13 @@ def _live_view():
     if not sys.stdout.isatty():
         return None, None
     from rich.live import Live
-    from rich.table import Table
+    from rich.table import Table  # noqa: TC002 - the live view's type
 
     trials: dict[str, dict] = {}
 
     def render() -> Table:
-        t = Table(title="trials")
-        for c in ("trial", "status", "params", "best exact match", "step", "architecture"):
-            t.add_column(c)
+        t = table("trials", ("trial", "status", "params", "best exact match", "step",
+                             "architecture"))
         for tid, r in sorted(trials.items())[-30:]:
             em = r.get("best_em")
             t.add_row(tid, str(r.get("status", "")), str(r.get("params", "")),
@@ -122,12 +121,9 @@ def search(
 
 
 def _print_summary(s) -> None:
-    from rich.table import Table
-
-    t = Table(title=f"search {s.name} · {s.task} · target {s.target:g} · trials by size")
-    for c in ("trial", "params", "best exact match", "seeds ok", "stopped because",
-              "verified", "entry", "architecture"):
-        t.add_column(c)
+    t = table(f"search {s.name} · {s.task} · target {s.target:g} · trials by size",
+              ("trial", "params", "best exact match", "seeds ok", "stopped because", "verified",
+               "entry", "architecture"))
     verified = {str(v.get("trial_id")): v for v in s.verified}
     for r in sorted(s.trials, key=lambda r: (r.get("params") or 0, str(r["trial_id"]))):
         v = verified.get(str(r["trial_id"]), {})
