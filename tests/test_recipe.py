@@ -53,3 +53,20 @@ def test_polish_mines_errors_from_the_training_split_only():
     for a, b, op in errors:
         assert not task.is_holdout(a, b, op).any()
         assert not {(x, y, z) for x, y, z in zip(a.tolist(), b.tolist(), op.tolist())} & held
+
+
+def test_shipped_recipes_build_and_count_what_their_names_say():
+    """recipes/<task>-<params>.yaml: each loads as a config and has that many parameters."""
+    from pathlib import Path
+
+    from arithsweep.core.model import count_params
+    from arithsweep.core.overrides import build_configs
+
+    recipes = sorted(Path(__file__).parent.parent.joinpath("recipes").glob("*.yaml"))
+    assert len(recipes) >= 4
+    for path in recipes:
+        task_name, params = path.stem.rsplit("-", 1)
+        task, model_cfg, train_cfg = build_configs(None, None, path, {})
+        assert task.name == task_name, path.name
+        assert count_params(model_cfg) == int(params), path.name
+        assert train_cfg.target >= 0.99, path.name
