@@ -68,7 +68,7 @@ class ArithTransformer(nn.Module):
 
     # set only inside `capturing()`; the default forward pays one None check per block
     _capture: dict[str, list[Tensor]] | None = None
-    _offset_gen: torch.Generator | None = None  # made on first use (see `_offsets`)
+    _offset_gens: list[torch.Generator] | None = None  # made on first use (see `_offsets`)
     attention = "auto"  # attention kernel: auto (per device, layers.ATTENTION) | manual | fused
 
     def __init__(self, cfg: ModelConfig, k: int = 1, generator: torch.Generator | None = None,
@@ -79,7 +79,7 @@ class ArithTransformer(nn.Module):
         if seeds is not None and len(seeds) != k:
             raise ValueError(f"seeds has {len(seeds)} entries for a population of k={k}")
         self.cfg, self.k = cfg, k
-        self._offset_seed = int(seeds[0]) if seeds else 0
+        self._offset_seeds = [int(s) for s in seeds] if seeds else list(range(k))
         d, V = cfg.d_model, cfg.vocab_size
         self.embed = nn.Module()
         self.embed.weight = _table(k, V, d)
@@ -224,12 +224,15 @@ class ArithTransformer(nn.Module):
             self._capture = None
 
     def _offsets(self, K: int, B: int, device: torch.device) -> Tensor:  # (K, B) int64
-        """Training-time abacus offsets k ~ U{0..cfg.abacus_offset}, one per sequence, from a
-        private CPU generator seeded like member 0 (deterministic for a given pack; not drawn
-        from the global RNG, which data sampling and init must not share)."""
-        if self._offset_gen is None:
-            self._offset_gen = torch.Generator().manual_seed(0xABAC + self._offset_seed)
-        k = torch.randint(0, self.cfg.abacus_offset + 1, (K, B), generator=self._offset_gen)
+        """Training-time abacus offsets k ~ U{0..cfg.abacus_offset}, one per sequence, from one
+        private CPU generator per member seeded by that member's seed: a member draws the same
+        offsets in any pack, as alone (and never from the global RNG, which data sampling and
+        init must not share)."""
+        if self._offset_gens is None:
+            self._offset_gens = [torch.Generator().manual_seed(0xABAC + s)
+                                 for s in self._offset_seeds]
+        hi = self.cfg.abacus_offset + 1
+        k = torch.stack([torch.randint(0, hi, (B,), generator=g) for g in self._offset_gens])
         return k.to(device)
 
     @staticmethod
