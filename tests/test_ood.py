@@ -43,11 +43,11 @@ def test_abacus_offset_applies_in_train_mode_only():
     model.train()
     outs = [model(x) for _ in range(4)]
     assert any(not torch.allclose(o, base) for o in outs)  # drawn offsets move the positions
-    # an explicit offset k shifts every token's index by k: the same as a table shifted by k
+    # an explicit offset k shifts every digit's index by k: the same as a table shifted by k
     model.eval()
     shifted = copy.deepcopy(model)
     with torch.no_grad():
-        shifted.abacus.weight[0, 0:9] = model.abacus.weight[0, 3:12]  # non-digits' 0 too
+        shifted.abacus.weight[0, 1:9] = model.abacus.weight[0, 4:12]  # non-digits keep row 0
     three = torch.full((1, 2), 3, dtype=torch.long)
     # the longest number has 4 digits: indices 1..4 + 3 = 4..7 stay inside the 12-row table
     assert torch.allclose(model(x, abacus_offset=three), shifted(x), atol=1e-5)

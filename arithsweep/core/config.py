@@ -71,9 +71,9 @@ class ModelConfig(DictConfig):
     rope_base: float = 10000.0  # only with pos == "rope"
     abacus_max: int = 32  # abacus table size: most digits one number may have (+1)
     # Abacus random offset (McLeish et al. 2024), a training-time augmentation like dropout:
-    # in train mode each sequence adds one k ~ U{0..abacus_offset} to every token's abacus
-    # index (digits i + k, other tokens k), so the rows for indices beyond the training
-    # length get trained too; eval mode
+    # in train mode each sequence adds one k ~ U{0..abacus_offset} to every digit's abacus
+    # index (other tokens keep 0), so the rows for indices beyond the training length get
+    # trained too; eval mode
     # (exact match, verification, ood) uses k = 0. Useful only if abacus_max - 1 >= the
     # longest trained number + abacus_offset (indices are clamped to the table). 0 = off.
     abacus_offset: int = 0

@@ -156,7 +156,7 @@ class ArithTransformer(nn.Module):
                 abacus_offset: Tensor | None = None) -> Tensor:
         """tokens (K, B, T) or (B, T) -> logits (K, B, T - from_pos, V): positions before
         `from_pos` are not unembedded (training and exact match only need answer positions).
-        `abacus_offset` (K, B) int is added to every token's abacus index; None draws one per
+        `abacus_offset` (K, B) int is added to every digit's abacus index; None draws one per
         sequence in train mode when cfg.abacus_offset > 0 (see `_offsets`), else none."""
         cfg, K = self.cfg, self.k
         if tokens.dim() == 2:
@@ -177,11 +177,11 @@ class ArithTransformer(nn.Module):
             if abacus_offset is None and cfg.abacus_offset and self.training:
                 abacus_offset = self._offsets(K, B, tokens.device)
             if abacus_offset is not None:
-                # every token moves, non-digits too: '=' then carries k, so the first answer
-                # digit (predicted at '=') can find index k + 1 as later digits find theirs;
-                # with non-digits pinned at 0 a model trained on <= 4 digits got every longer
-                # sum right except that digit (its query could only count positions)
-                idx = idx + abacus_offset.view(K, B, 1)
+                # digits only, as McLeish et al.'s code does. Moving non-digits too ('=' then
+                # carries k) was tried on add8 trained on <= 4 digits: the first answer digit
+                # came right on longer sums but the model learnt to stop after 4 answer digits
+                # (index minus '=''s index); with '=' at 0 it stops right and misses that digit
+                idx = idx + abacus_offset.view(K, B, 1) * (idx > 0)
             idx = idx.clamp_(max=cfg.abacus_max - 1).view(K, B * T)
             x0 = x0 + _lookup(self.abacus.weight, idx).view(K, d, B, T)
         x0 = x0.reshape(K, d, B * T)
