@@ -78,8 +78,11 @@ PROJECTS: tuple[Project, ...] = (
         "sum-9 digits, subtractions M0-M4 (positive answers) and N1-N4 (negative answers) by "
         "their borrow cascades, on class-enriched test data, reported as \"nines\" of accuracy "
         "(six nines: at most one failure per million).",
-        "`arithsweep verify` reports exact match and nines per class for add, sub and mix "
-        "tasks; training can sample class-enriched problems.",
+        "`arithsweep train --config recipes/sub3-4624.yaml` (or `recipes/mix3-4656.yaml`) "
+        "trains on Quirke's class-enriched problems (`--set sampling=enriched`); `arithsweep "
+        "verify` reports exact match and nines per class for add, sub and mix tasks, on every "
+        "problem where a task has at most 10^6 and otherwise on every held-out one plus 2,000 "
+        "enriched problems per class.",
         _task(r"(sub|mix)\d+"),
     ),
     Project(
@@ -87,7 +90,9 @@ PROJECTS: tuple[Project, ...] = (
         "Beside addition and subtraction, the notebook trains a small transformer to put "
         "labelled numbers in order: `a:12,b:7,c:30` gives `bac`.",
         "The `sortN` tasks have their own vocabulary, exact match and verification suite "
-        "(uniform, ties, already sorted, reversed).",
+        "(uniform, ties, already sorted, reversed; every problem for sort2 and sort3); "
+        "`arithsweep train --config recipes/sort3-4672.yaml` (or `recipes/sort5-4832.yaml`) "
+        "trains the entries below.",
         _task(r"sort\d+"),
     ),
     Project(
