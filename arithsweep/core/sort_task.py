@@ -42,8 +42,8 @@ import torch
 from torch import Tensor
 
 from arithsweep.core.errors import ConfigError
+from arithsweep.core.formats import Format, parse_format
 from arithsweep.core.sampling import _distinct, _holdout, _num_digits
-from arithsweep.core.tasks import Format, parse_format
 
 VALUE_DIGITS = 2  # values 0..99
 MAX_ITEMS = 9  # 100**9 = 10**18 keeps the packed values inside int64

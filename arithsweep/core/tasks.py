@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from arithsweep.core.errors import ConfigError
+from arithsweep.core.formats import _FORMAT_HELP, Format, parse_format
 from arithsweep.core.sampling import _cascade, _digits, _distinct, _draw, _holdout, _num_digits
 
 OPS = ("add", "sub", "mix", "mul")
@@ -43,45 +44,7 @@ _SYMBOLS = ("+", "-", "*", "=", "<eos>", "<pad>")
 _LIST_MAX = 4 * 10**6  # problems under a length cap that holdout sampling may enumerate
 _TASK_HELP = ("add<N>, sub<N>, mix<N> (N = 1..18) or mul<N> (N = 1..9), e.g. add10; "
               "or sort<N> (N = 2..9)")
-_FORMAT_WORDS = (("pad", "nopad", "pad"), ("revans", "fwdans", "reverse_answer"),
-                 ("revops", "fwdops", "reverse_operands"), ("delim", "nodelim", "delimiters"))
-_WORDS = {w: (key, w == on) for on, off, key in _FORMAT_WORDS for w in (on, off)}
-_FORMAT_HELP = ", ".join(f"{on}|{off}" for on, off, _ in _FORMAT_WORDS)
 _DERIVED = {"init": False, "repr": False, "compare": False}
-
-
-@dataclass(frozen=True)
-class Format:
-    """How a problem becomes tokens (see the module docstring for literal examples)."""
-
-    pad: bool = True  # fixed-width zero padding of operands and answer
-    reverse_answer: bool = True  # answer least-significant digit first
-    reverse_operands: bool = False
-    delimiters: bool = True  # operator between operands and '=' before the answer
-
-    def __post_init__(self) -> None:
-        if not self.pad and not self.delimiters:
-            raise ConfigError("format 'nopad,nodelim' is ambiguous: without padding only the "
-                              "operator and '=' show where an operand ends; use pad or delim")
-
-    @property
-    def name(self) -> str:
-        return ",".join(on if getattr(self, key) else off for on, off, key in _FORMAT_WORDS)
-
-
-def parse_format(s: str | Format | None) -> Format:
-    """'pad,fwdans' -> Format; words left out keep their defaults; None or '' -> Format()."""
-    if isinstance(s, Format):
-        return s
-    chosen: dict[str, bool] = {}
-    for word in filter(None, (w.strip().lower() for w in (s or "").split(","))):
-        if word not in _WORDS:
-            raise ConfigError(f"unknown format word {word!r} in {s!r}: expected a comma list of "
-                              f"{_FORMAT_HELP} (default {Format().name})")
-        key, value = _WORDS[word]
-        if chosen.setdefault(key, value) != value:
-            raise ConfigError(f"format {s!r} sets {key} both ways: pick one of {_FORMAT_HELP}")
-    return Format(**chosen)
 
 
 def task_names_help() -> str:  # for CLI help

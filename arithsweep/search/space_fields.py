@@ -67,7 +67,7 @@ def section_class(section: str) -> type:
     if section == "train":
         from arithsweep.core.config import TrainConfig
         return TrainConfig
-    from arithsweep.core.tasks import Format
+    from arithsweep.core.formats import Format
     return Format
 
 

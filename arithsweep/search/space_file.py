@@ -250,7 +250,7 @@ def _parse_start(body: Any, defined: dict[str, Param],
 
 
 def _format_words(text: str, fail: Callable[[str | None, str], ConfigError]) -> dict[str, Any]:
-    from arithsweep.core.tasks import parse_format
+    from arithsweep.core.formats import parse_format
 
     try:
         return dataclasses.asdict(parse_format(text))

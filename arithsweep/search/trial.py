@@ -53,8 +53,9 @@ def build_trial(config: dict[str, Any]) -> TrialSetup:
     seeds (a block of its own per Optuna trial unless the space fixes train.seed).
     """
     from arithsweep.core.config import TrainConfig
+    from arithsweep.core.formats import Format
     from arithsweep.core.model import ModelConfig, count_params
-    from arithsweep.core.tasks import Format, get_task
+    from arithsweep.core.tasks import get_task
 
     model, train, fmt, const = trial_sections(config)
     task = get_task(const["task"], Format(**fmt))
@@ -86,8 +87,9 @@ class ProposalSizer:
         self._cache: dict[tuple, int] = {}
 
     def __call__(self, config: dict[str, Any]) -> int:
+        from arithsweep.core.formats import Format
         from arithsweep.core.model import ModelConfig, count_params
-        from arithsweep.core.tasks import Format, get_task
+        from arithsweep.core.tasks import get_task
 
         model, _, fmt, _ = trial_sections({k: v for k, v in config.items() if k != CONST_KEY})
         key = (tuple(sorted(model.items())), tuple(sorted(fmt.items())))

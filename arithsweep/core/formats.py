@@ -1,0 +1,54 @@
+"""How an arithmetic problem is written as tokens: the `Format` words and their parser.
+
+Four independent choices, each a pair of words in a comma list (`pad,revans,fwdops,delim` is
+the default): pad|nopad (fixed-width zero padding), revans|fwdans (answer least-significant
+digit first or not), revops|fwdops (operands likewise), delim|nodelim (operator and '=').
+`arithsweep.core.tasks` shows literal examples of each; `Task` and `SortTask` hold one.
+
+    python -c "from arithsweep.core.formats import parse_format; print(parse_format('nopad').name)"
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from arithsweep.core.errors import ConfigError
+
+_FORMAT_WORDS = (("pad", "nopad", "pad"), ("revans", "fwdans", "reverse_answer"),
+                 ("revops", "fwdops", "reverse_operands"), ("delim", "nodelim", "delimiters"))
+_WORDS = {w: (key, w == on) for on, off, key in _FORMAT_WORDS for w in (on, off)}
+_FORMAT_HELP = ", ".join(f"{on}|{off}" for on, off, _ in _FORMAT_WORDS)
+
+
+@dataclass(frozen=True)
+class Format:
+    """How a problem becomes tokens (literal examples in arithsweep.core.tasks' docstring)."""
+
+    pad: bool = True  # fixed-width zero padding of operands and answer
+    reverse_answer: bool = True  # answer least-significant digit first
+    reverse_operands: bool = False
+    delimiters: bool = True  # operator between operands and '=' before the answer
+
+    def __post_init__(self) -> None:
+        if not self.pad and not self.delimiters:
+            raise ConfigError("format 'nopad,nodelim' is ambiguous: without padding only the "
+                              "operator and '=' show where an operand ends; use pad or delim")
+
+    @property
+    def name(self) -> str:
+        return ",".join(on if getattr(self, key) else off for on, off, key in _FORMAT_WORDS)
+
+
+def parse_format(s: str | Format | None) -> Format:
+    """'pad,fwdans' -> Format; words left out keep their defaults; None or '' -> Format()."""
+    if isinstance(s, Format):
+        return s
+    chosen: dict[str, bool] = {}
+    for word in filter(None, (w.strip().lower() for w in (s or "").split(","))):
+        if word not in _WORDS:
+            raise ConfigError(f"unknown format word {word!r} in {s!r}: expected a comma list of "
+                              f"{_FORMAT_HELP} (default {Format().name})")
+        key, value = _WORDS[word]
+        if chosen.setdefault(key, value) != value:
+            raise ConfigError(f"format {s!r} sets {key} both ways: pick one of {_FORMAT_HELP}")
+    return Format(**chosen)
