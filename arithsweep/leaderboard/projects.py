@@ -65,10 +65,12 @@ PROJECTS: tuple[Project, ...] = (
         "most 20 digits and reaches 99% exact match on 100-digit addition, about five times "
         "the training length, with abacus embeddings (each digit's index within its number, "
         "randomly offset in training); looped transformers with input injection help further.",
-        "Trained on short operands (`--set train_digits=N`), then `arithsweep ood ENTRY` draws the "
-        "exact-match grid by operand lengths far past the training length; the outlined "
-        "square is what training saw, and `--loops` re-runs a looped model with more or fewer "
-        "recurrences.",
+        "`arithsweep train --config recipes/add6-18176.yaml` trains add6 with abacus positions "
+        "(random offset 0..16) on operands of at most 6 digits; the entry below is verified on "
+        "add6, and `arithsweep ood ENTRY --max-digits 12` draws its exact-match grid by "
+        "operand lengths past the training length (the outlined square is what training saw; "
+        "the title gives the ratio). `--set train_digits=N` trains a wider task on short "
+        "operands only, and `--loops` re-runs a looped model with more or fewer recurrences.",
         _abacus, ("ood-*.png",),
     ),
     Project(
@@ -101,7 +103,7 @@ PROJECTS: tuple[Project, ...] = (
         "stream, and exact match by answer length.",
         "`arithsweep inspect ENTRY \"123+456\"` draws every head's attention over the tokens "
         "and the probabilities at each answer position, and reports accuracy by answer length "
-        "and answer position, for any entry below.",
+        "and answer position, for any entry on this board; pictures of published ones follow.",
         lambda row: False, ("inspect-*.png",),
     ),
 )
