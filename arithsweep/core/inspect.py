@@ -183,7 +183,8 @@ def draw(result: dict[str, Any], path: str | Path, views: dict[str, Any] | None 
         ax.set_xlabel("key (attended to)", fontsize=7)
         if att["head"] == 0:
             ax.set_ylabel("query (red: writes an answer token)", fontsize=7)
-    top.colorbar(im, ax=axes, shrink=0.7, label="attention weight")
+    # panchor=False: the default anchors the heads against the colorbar, leaving a gap at left
+    top.colorbar(im, ax=axes, shrink=0.7, label="attention weight", panchor=False)
 
     lax = low.subplots(1, n_low)
     ax = lax[0]

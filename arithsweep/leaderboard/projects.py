@@ -57,7 +57,7 @@ PROJECTS: tuple[Project, ...] = (
         "recipe (`arithsweep train --config recipes/add10-742.yaml`); verified on a held-out "
         "sample 100x larger than AdderBoard's, and exportable as an AdderBoard submission "
         "(`arithsweep export`).",
-        _task(r"add10"),
+        _task(r"add10"), ("adderboard-*.png",),
     ),
     Project(
         "abacus", "Length generalisation: abacus positions and looped blocks (McLeish et al.)",
