@@ -83,7 +83,7 @@ def _module_source(mod: Any) -> str:
 
 def submission_source(row: dict[str, Any], weights_dir: str, author: str = "arithsweep") -> str:
     """The text of the submission file for a leaderboard row (an addition task)."""
-    from arithsweep.core import config, errors, layers, model, sampling, tasks
+    from arithsweep.core import config, errors, formats, layers, model, sampling, tasks
 
     metadata = {
         "name": f"arithsweep {row['task']} #{row['id']}",
@@ -116,6 +116,8 @@ def submission_source(row: dict[str, Any], weights_dir: str, author: str = "arit
              _module_source(config),
              "# ---------------------------------------------------------------- sampling",
              _module_source(sampling),
+             "# ---------------------------------------------------------------- formats",
+             _module_source(formats),
              "# ---------------------------------------------------------------- tasks",
              _module_source(tasks),
              "# ---------------------------------------------------------------- layers",
