@@ -80,10 +80,10 @@ def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = N
                   or _abs_sqlite(root / "mlflow.db"))
 
     from arithsweep.core.tasks import get_task
-    from arithsweep.search.spaces import load_space
+    from arithsweep.search.spaces import default_space, load_space
 
     get_task(task)  # unknown task: one clear error before anything starts
-    space = load_space(stored.get("space_path") or opts.space)
+    space = load_space(stored.get("space_path") or opts.space or default_space(task))
     optuna_url = _abs_sqlite(sdir / "optuna.db")
     sdir.mkdir(parents=True, exist_ok=True)
     if not opts.resume:

@@ -18,7 +18,7 @@ from arithsweep.core.errors import ConfigError
 class SearchOptions:
     task: str | None = None  # required for a new search; taken from search.json on resume
     target: float | None = None  # exact match to reach, in (0, 1]; default 0.99
-    space: str = "tiny"  # shipped space name or path to a YAML file
+    space: str = ""  # shipped space name or path to a YAML file; "" = spaces.default_space(task)
     # total Tune trials, each up to proposals_per_trial proposals (on resume: the new total,
     # counting the earlier ones)
     trials: int = 20
