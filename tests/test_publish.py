@@ -80,6 +80,12 @@ def test_select_rows_best_per_task_and_smallest_per_target():
     ]  # fmt: skip
     assert [(r["task"], r["params"]) for r in pub.select_rows(rows)] == [
         ("add3", 500), ("add3", 700), ("add10", 1500)]  # fmt: skip
+    # the entry with the most nines of a task stays too (the first of equals: the smaller)
+    rows = [{"task": "sub3", "target": 0.99, "params": 912, "nines": 2},
+            {"task": "sub3", "target": 0.99, "params": 3360, "nines": 2},
+            {"task": "sub3", "target": 0.99, "params": 4624, "nines": 6},
+            {"task": "sub3", "target": 0.99, "params": 5000, "nines": 6}]
+    assert [r["params"] for r in pub.select_rows(rows)] == [912, 4624]
 
 
 def test_published_reproduce_points_at_the_published_config():

@@ -24,6 +24,8 @@ from typing import Any
 from arithsweep.core.stats import nines
 
 PICTURES = "pictures"  # beside LEADERBOARD.md; committed by hand, linked when present
+# (ood-*: `arithsweep ood --png`; inspect-*: `arithsweep inspect --png`; frontier-<task>*: a
+# search's params_vs_em.png, copied)
 
 
 def _task(pattern: str) -> Callable[[dict[str, Any]], bool]:
@@ -57,7 +59,7 @@ PROJECTS: tuple[Project, ...] = (
         "recipe (`arithsweep train --config recipes/add10-742.yaml`); verified on a held-out "
         "sample 100x larger than AdderBoard's, and exportable as an AdderBoard submission "
         "(`arithsweep export`).",
-        _task(r"add10"), ("adderboard-*.png",),
+        _task(r"add10"), ("adderboard-*.png", "frontier-add10*.png"),
     ),
     Project(
         "abacus", "Length generalisation: abacus positions and looped blocks (McLeish et al.)",
@@ -81,11 +83,13 @@ PROJECTS: tuple[Project, ...] = (
         "their borrow cascades, on class-enriched test data, reported as \"nines\" of accuracy "
         "(six nines: at most one failure per million).",
         "`arithsweep train --config recipes/sub3-4624.yaml` (or `recipes/mix3-4656.yaml`) "
-        "trains on Quirke's class-enriched problems (`--set sampling=enriched`); `arithsweep "
+        "trains on Quirke's class-enriched problems (`--set sampling=enriched`), and "
+        "`arithsweep search --task sub3 --target 0.99 --time-budget 25m` descends from that "
+        "shape in the `quirke` space (its frontier below); `arithsweep "
         "verify` reports exact match and nines per class for add, sub and mix tasks, on every "
         "problem where a task has at most 10^6 and otherwise on every held-out one plus 2,000 "
         "enriched problems per class.",
-        _task(r"(sub|mix)\d+"),
+        _task(r"(sub|mix)\d+"), ("frontier-sub*.png", "frontier-mix*.png"),
     ),
     Project(
         "sort", "Sorting labelled numbers (the arithmetic notebook's third task)",
@@ -95,7 +99,7 @@ PROJECTS: tuple[Project, ...] = (
         "(uniform, ties, already sorted, reversed; every problem for sort2 and sort3); "
         "`arithsweep train --config recipes/sort3-4672.yaml` (or `recipes/sort5-4832.yaml`) "
         "trains the entries below.",
-        _task(r"sort\d+"),
+        _task(r"sort\d+"), ("frontier-sort*.png",),
     ),
     Project(
         "apt", "Looking inside a model (APT)",

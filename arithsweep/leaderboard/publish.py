@@ -139,14 +139,21 @@ def to_markdown(rows: list[dict[str, Any]], title: str | None = None) -> str:
 
 
 def select_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """From `Leaderboard.query(all=True)` rows (best first): the best entry of each task, and
-    the smallest entry of each (task, target) pair, so a model verified against a stricter
-    target stays listed next to a smaller one that only met a looser target."""
+    """From `Leaderboard.query(all=True)` rows (best first): the best entry of each task, the
+    smallest entry of each (task, target) pair, so a model verified against a stricter target
+    stays listed next to a smaller one that only met a looser target, and the first entry with
+    the most nines of each task, so an exact model stays listed beside a smaller 2-nines one
+    (Quirke's measure is nines)."""
+    most: dict[Any, dict[str, Any]] = {}
+    for row in rows:
+        top = most.get(row.get("task"))
+        if top is None or (row.get("nines") or 0) > (top.get("nines") or 0):
+            most[row.get("task")] = row
     seen: set[tuple[Any, ...]] = set()
     keep = []
     for row in rows:
         keys = {(row.get("task"),), (row.get("task"), row.get("target"))}
-        if keys - seen:
+        if keys - seen or most.get(row.get("task")) is row:
             keep.append(row)
         seen |= keys
     return keep

@@ -50,9 +50,13 @@ def plot_params_vs_em(rows: list[dict[str, Any]], target: float, path: str | Pat
     xs = sorted({int(r["params"]) for r in pts})
     ax.set_xlim(xs[0] / 1.15, xs[-1] * 1.15)  # keep edge points off the frame
     ax.xaxis.set_minor_formatter(NullFormatter())  # minor log labels collide on short ranges
-    if xs[-1] / xs[0] < 10:  # no decade inside the range: label the measured sizes instead
-        step = max(1, len(xs) // 8)
-        ax.set_xticks(xs[::step])
+    if xs[-1] / xs[0] < 10:  # no decade inside the range: label the measured sizes instead,
+        gap = (xs[-1] / xs[0]) ** (1 / 7)  # at most ~8, spaced on the log axis so none collide
+        ticks = [xs[0]]
+        for x in xs[1:]:
+            if x / ticks[-1] >= gap:
+                ticks.append(x)
+        ax.set_xticks(ticks)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("unique parameters (log scale)")
