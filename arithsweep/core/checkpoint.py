@@ -99,7 +99,7 @@ def save_checkpoint(
         "meta": {**(meta or {}), "params": count_params(model)},
         "weights_sha256": digest,
     }
-    _atomic_write(path / CONFIG, json.dumps(doc, indent=2, sort_keys=True).encode())
+    _write_config(path, doc)
     return digest
 
 
@@ -110,6 +110,10 @@ def add_meta(path: str | Path, **meta: Any) -> None:
     d = _resolve_dir(path)
     doc = _read_config(d)
     doc["meta"] = {**(doc.get("meta") or {}), **meta}
+    _write_config(d, doc)
+
+
+def _write_config(d: Path, doc: dict[str, Any]) -> None:
     _atomic_write(d / CONFIG, json.dumps(doc, indent=2, sort_keys=True).encode())
 
 

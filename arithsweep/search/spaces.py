@@ -17,7 +17,6 @@ define-by-run function by reference and saved searches name these paths.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -156,13 +155,14 @@ def default_space(task: str) -> str:
     """The shipped space a search uses when none is named: the one made for that kind of task
     (sorting; Quirke's sub/mix; 6+ digit addition, whose tiny 1-layer widths tiny cannot
     reach; everything else the small-task space)."""
-    m = re.fullmatch(r"([a-z]+)(\d+)", task.strip().lower())
-    kind, n = (m[1], int(m[2])) if m else (task, 0)
-    if kind == "sort":
+    from arithsweep.core.tasks import get_task  # the one task-name parser; torch, so lazily
+
+    t = get_task(task)
+    if t.op == "sort":
         return "sort"
-    if kind in ("sub", "mix"):
+    if t.op in ("sub", "mix"):
         return "quirke"
-    return "adderboard" if kind == "add" and n >= 6 else "tiny"
+    return "adderboard" if t.op == "add" and t.n_digits >= 6 else "tiny"
 
 
 def list_spaces() -> list[Space]:
