@@ -73,9 +73,9 @@ class ModelConfig(DictConfig):
     # Abacus random offset (McLeish et al. 2024), a training-time augmentation like dropout:
     # in train mode each sequence adds one k ~ U{0..abacus_offset} to every digit's abacus
     # index (other tokens keep 0), so the rows for indices beyond the training length get
-    # trained too; eval mode
-    # (exact match, verification, ood) uses k = 0. Useful only if abacus_max - 1 >= the
-    # longest trained number + abacus_offset (indices are clamped to the table). 0 = off.
+    # trained too; eval mode (exact match, verification, ood) uses k = 0. Useful only if
+    # abacus_max - 1 >= the longest trained number + abacus_offset (indices are clamped to
+    # the table). 0 = off.
     abacus_offset: int = 0
     n_loops: int = 1  # times the layer stack is applied with shared weights (looped transformer)
     input_injection: bool = True  # re-add the input embedding before each loop after the first

@@ -250,7 +250,7 @@ def train_population(task: Task, model_cfg: ModelConfig, cfgs: Sequence[TrainCon
         if not any(data.running):
             break
     for j, (r, o, n) in enumerate(zip(results, offs, counts)):
-        r.step_mode = runner.mode if runner.mode == "captured" else f"eager ({runner.reason})"
+        r.step_mode = runner.describe()
         if data.running[j]:  # ran to the end of the schedule
             r.steps, r.wall_time = step, time.perf_counter() - t0
             r.failed = (~alive[o:o + n]).tolist()

@@ -62,8 +62,8 @@ class PackStep:
 
         self.model, self.opt, self.loss_fn, self.clip = model, opt, loss_fn, clip
         self.alive, self.running, self.loss_sum = alive, running, loss_sum
-        self.start, self.batch_size, self.n_micro, self.grokfast = start, batch_size, n_micro, \
-            grokfast
+        self.start, self.batch_size, self.n_micro = start, batch_size, n_micro
+        self.grokfast = grokfast
         self._clip_and_guard = _clip_and_guard
         self.mode = "eager" if blocker else "warmup"  # -> "captured" after WARMUP steps
         self.reason = blocker  # why eager, for logs and the bench
@@ -71,6 +71,10 @@ class PackStep:
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static: tuple[Tensor, Tensor, Tensor] | None = None
         self.out: Tensor | None = None
+
+    def describe(self) -> str:
+        """"captured", or "eager (<why>)": what TrainResult.step_mode reports."""
+        return self.mode if self.mode == "captured" else f"eager ({self.reason})"
 
     # ---------------------------------------------------------------------------- the body
     def _body(self, tokens: Tensor, mask: Tensor, lr: Tensor, zero: bool = True) -> Tensor:

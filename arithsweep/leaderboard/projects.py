@@ -85,10 +85,10 @@ PROJECTS: tuple[Project, ...] = (
         "`arithsweep train --config recipes/sub3-4624.yaml` (or `recipes/mix3-4656.yaml`) "
         "trains on Quirke's class-enriched problems (`--set sampling=enriched`), and "
         "`arithsweep search --task sub3 --target 0.99 --time-budget 25m` descends from that "
-        "shape in the `quirke` space (its frontier below); `arithsweep "
-        "verify` reports exact match and nines per class for add, sub and mix tasks, on every "
-        "problem where a task has at most 10^6 and otherwise on every held-out one plus 2,000 "
-        "enriched problems per class.",
+        "shape in the `quirke` space (its frontier below); "
+        "`arithsweep verify` reports exact match and nines per class for add, sub and mix "
+        "tasks, on every problem where a task has at most 10^6 and otherwise on every "
+        "held-out one plus 2,000 enriched problems per class.",
         _task(r"(sub|mix)\d+"), ("frontier-sub*.png", "frontier-mix*.png"),
     ),
     Project(
