@@ -173,10 +173,10 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
                      if doc.get("train") else None)  # saved without `sampler`: "stream"
     except (ArithsweepError, TypeError) as e:
         raise CheckpointError(f"checkpoint {d}: {e}") from None
-    if cfg.vocab_size != task.vocab_size:
+    if cfg.vocab_size < task.vocab_size:  # a larger table (unused rows) is allowed
         raise CheckpointError(
-            f"checkpoint {d}: model vocab_size {cfg.vocab_size} does not match task "
-            f"{task.name} ({task.vocab_size} tokens)"
+            f"checkpoint {d}: model vocab_size {cfg.vocab_size} is smaller than task "
+            f"{task.name} needs ({task.vocab_size} tokens)"
         )
     if cfg.n_ctx < task.n_ctx:
         raise CheckpointError(

@@ -44,6 +44,11 @@ class DictConfig:
 ACTIVATIONS = ("relu", "gelu", "swiglu")
 NORMS = ("layer", "rms", "none")
 POSITIONS = ("learned", "sinusoidal", "rope", "abacus", "none")
+EMBEDS = ("table", "arc")
+QK_NORMS = ("none", "head", "shared")
+ROPE_PAIRS = ("split", "interleaved")
+TIE_K = ("none", "q", "scaled", "rotated")
+MLP_DOWN = ("own", "up_t", "up_t_rot")
 
 
 @dataclass
@@ -81,6 +86,33 @@ class ModelConfig(DictConfig):
     input_injection: bool = True  # re-add the input embedding before each loop after the first
     rank: int = 0  # low-rank factorisation W = A @ B of attention/MLP projections; 0 = full rank
     tie_kv: bool = False  # keys and values share one projection (needs d_head == d_vhead)
+    # ---- frontier options (reference/frontier-architectures.md; README "Model family").
+    # Every weight the forward pass uses is owned (trainable, counted) or derived from owned
+    # ones (core/weights.py); each option below names what it derives and what it saves.
+    n_kv_heads: int | None = None  # K/V heads shared by groups of query heads (GQA); None = n_heads
+    qk_norm: str = "none"  # none | head: RMSNorm of every q and k head before RoPE, own weights
+    #   for q and k (2 * d_head) | shared: one d_head weight for both
+    # which q/k coordinates RoPE (and tie_k: rotated) turns together: split (i, i + d_head/2)
+    # | interleaved (2i, 2i+1)
+    rope_pairs: str = "split"
+    tie_k: str = "none"  # K from Q: none | q (K = Q) | scaled (K = a Q, 1 number) | rotated (K = Q
+    #   turned by one learned angle on every RoPE pair, 1 number)
+    tie_v: bool = False  # V = Q (needs d_vhead == d_head and n_kv_heads == n_heads)
+    tie_o: bool = False  # O = Q^T (needs d_vhead == d_head)
+    # rank per projection (W = A @ B), None = `rank`; 0 = full
+    rank_q: int | None = None
+    rank_k: int | None = None
+    rank_v: int | None = None
+    rank_o: int | None = None
+    rank_mlp: int | None = None  # gate, up and down
+    embed: str = "table"  # table: a V x d_embed table | arc: digit t = radius*(cos, sin)(start +
+    #   t*stride) in the first two dims, 3 numbers (other tokens keep table rows)
+    d_embed: int | None = None  # token part of the stream: its first d_embed dims; None = all
+    split_positions: bool = False  # positions live only in the dims after d_embed (MicroAdder)
+    v_from_tokens: bool = False  # V reads only the token part (the first d_embed dims)
+    # own | up_t: down = up^T | up_t_rot: up^T with its d_ff pairs turned by one learned angle
+    mlp_down: str = "own"
+    tie_gate: bool = False  # swiglu gate = a * up (1 number instead of d_model * d_ff)
 
     def __post_init__(self) -> None:
         def need(ok: bool, field: str, why: str) -> None:
@@ -91,6 +123,12 @@ class ModelConfig(DictConfig):
             v = getattr(self, name)
             need(isinstance(v, int) and not isinstance(v, bool) and v >= 1, name,
                  "must be a whole number >= 1")
+        for name in ("n_kv_heads", "rank_q", "rank_k", "rank_v", "rank_o", "rank_mlp",
+                     "d_embed"):
+            v = getattr(self, name)
+            need(v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                               and (v >= 1 or name.startswith("rank"))), name,
+                 "must be a whole number (>= 1; ranks >= 0) or null")
         for name in ("d_ff", "rank", "abacus_offset"):
             v = getattr(self, name)
             need(isinstance(v, int) and not isinstance(v, bool) and v >= 0, name,
@@ -98,7 +136,8 @@ class ModelConfig(DictConfig):
         need(self.vocab_size >= 10, "vocab_size", "must hold at least the ten digits")
         # from_dict takes JSON/YAML: "false" or 1 must not slip through as a truthy flag
         for name in ("norm_bias", "final_norm", "share_norms", "attn_bias", "mlp_bias",
-                     "unembed_bias", "tie_embeddings", "input_injection", "tie_kv"):
+                     "unembed_bias", "tie_embeddings", "input_injection", "tie_kv", "tie_v",
+                     "tie_o", "split_positions", "v_from_tokens", "tie_gate"):
             need(isinstance(getattr(self, name), bool), name, "must be true or false")
         need(isinstance(self.abacus_max, int) and not isinstance(self.abacus_max, bool),
              "abacus_max", "must be a whole number >= 2")
@@ -108,6 +147,10 @@ class ModelConfig(DictConfig):
              f"must be one of {', '.join(ACTIVATIONS)}")
         need(self.norm in NORMS, "norm", f"must be one of {', '.join(NORMS)}")
         need(self.pos in POSITIONS, "pos", f"must be one of {', '.join(POSITIONS)}")
+        for name, allowed in (("embed", EMBEDS), ("qk_norm", QK_NORMS),
+                              ("rope_pairs", ROPE_PAIRS), ("tie_k", TIE_K),
+                              ("mlp_down", MLP_DOWN)):
+            need(getattr(self, name) in allowed, name, f"must be one of {', '.join(allowed)}")
         if self.d_head is None:
             need(self.d_model % self.n_heads == 0, "n_heads",
                  f"must divide d_model={self.d_model} unless d_head is given")
@@ -133,6 +176,61 @@ class ModelConfig(DictConfig):
         if self.rank:
             need(self.rank < self.d_model, "rank",
                  f"must be below d_model={self.d_model} (0 = full)")
+        self._check_frontier(need)
+
+    def _check_frontier(self, need) -> None:
+        """The frontier options' mutual requirements (each message says what to change)."""
+        for name in ("rank_q", "rank_k", "rank_v", "rank_o", "rank_mlp"):
+            r = getattr(self, name)
+            if r:
+                need(r < self.d_model, name, f"must be below d_model={self.d_model} (0 = full)")
+        if self.n_kv_heads is not None:
+            need(self.n_heads % self.n_kv_heads == 0, "n_kv_heads",
+                 f"must divide n_heads={self.n_heads}")
+        if self.d_embed is not None:
+            need(self.d_embed <= self.d_model, "d_embed",
+                 f"must be at most d_model={self.d_model}")
+        if self.embed == "arc":
+            need(self.tok_dims >= 2, "embed", "arc needs a token part at least 2 wide")
+        if self.split_positions:
+            need(self.tok_dims < self.d_model, "split_positions",
+                 "needs d_embed < d_model (the dims after d_embed hold the positions)")
+            need(self.pos in ("learned", "sinusoidal", "abacus"), "split_positions",
+                 "needs additive positions (learned, sinusoidal or abacus)")
+        if self.v_from_tokens:
+            need(not (self.tie_kv or self.tie_v), "v_from_tokens",
+                 "V reads the token part only, so it cannot be tied to K or Q")
+        if self.tie_k == "rotated":
+            need(self.qk_head % 2 == 0, "tie_k", f"rotated needs an even d_head "
+                 f"(got {self.qk_head})")
+        if self.tie_k != "none":
+            need(not self.tie_kv, "tie_k", "K from Q and K = V together: use tie_v instead")
+            need(self.kv_heads == self.n_heads, "tie_k", "K from Q needs n_kv_heads == n_heads")
+        if self.tie_v:
+            need(self.qk_head == self.v_head and self.kv_heads == self.n_heads, "tie_v",
+                 "V = Q needs d_vhead == d_head and n_kv_heads == n_heads")
+            need(not self.tie_kv, "tie_v", "V = Q and K = V together: use tie_k: q")
+        if self.tie_o:
+            need(self.qk_head == self.v_head, "tie_o", "O = Q^T needs d_vhead == d_head")
+        if self.mlp_down != "own":
+            need(self.d_ff > 0, "mlp_down", "needs an MLP (d_ff > 0)")
+        if self.mlp_down == "up_t_rot":
+            need(self.d_ff % 2 == 0, "mlp_down", f"up_t_rot needs an even d_ff (got {self.d_ff})")
+        if self.tie_gate:
+            need(self.activation == "swiglu", "tie_gate", "needs activation swiglu")
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
+
+    @property
+    def tok_dims(self) -> int:  # the token part of the residual stream: dims [0, tok_dims)
+        return self.d_embed if self.d_embed is not None else self.d_model
+
+    def rank_of(self, proj: str) -> int:
+        """Rank of projection q | k | v | o | mlp (0 = full)."""
+        r = getattr(self, f"rank_{proj}")
+        return self.rank if r is None else r
 
     @property
     def qk_head(self) -> int:
@@ -162,7 +260,34 @@ class ModelConfig(DictConfig):
             parts.append(f"r{self.rank}")
         if self.tie_kv:
             parts.append("k=v")
+        parts += self._frontier_labels()
         return " ".join(parts)
+
+    def _frontier_labels(self) -> list[str]:
+        out = []
+        if self.n_kv_heads is not None and self.n_kv_heads != self.n_heads:
+            out.append(f"kv{self.n_kv_heads}")
+        if self.qk_norm != "none":
+            out.append(f"qkn-{self.qk_norm}")
+        if self.pos == "rope" and self.rope_pairs != "split":
+            out.append("rope-il")
+        if self.tie_k != "none":
+            out.append({"q": "k=q", "scaled": "k=aq", "rotated": "k=rot(q)"}[self.tie_k])
+        out += [lab for on, lab in ((self.tie_v, "v=q"), (self.tie_o, "o=qT"),
+                                    (self.split_positions, "split-pos"),
+                                    (self.v_from_tokens, "v<-tok"), (self.tie_gate, "gate=a*up"))
+                if on]
+        ranks = [f"{p}{self.rank_of(p)}" for p in ("q", "k", "v", "o", "mlp")
+                 if getattr(self, f"rank_{p}") is not None]
+        if ranks:
+            out.append("r:" + ",".join(ranks))
+        if self.embed != "table":
+            out.append(f"emb-{self.embed}")
+        if self.d_embed is not None and self.d_embed != self.d_model:
+            out.append(f"de{self.d_embed}")
+        if self.mlp_down != "own":
+            out.append(f"down={self.mlp_down}")
+        return out
 
 SAMPLINGS = ("uniform", "values", "carry", "mixed", "enriched")
 SAMPLERS = ("hash", "stream")
@@ -181,7 +306,10 @@ class TrainConfig(DictConfig):
     lr: float = 1e-2  # peak learning rate after warmup
     min_lr_ratio: float = 0.05  # cosine floor as a fraction of lr
     warmup: int = 50  # linear warmup steps
-    weight_decay: float = 0.01  # AdamW decay on matrices only (not norms, biases)
+    weight_decay: float = 0.01  # AdamW decoupled decay, on the parameters weight_decay_scope says
+    # matrices: projections and tables only (norm gains and biases are not pulled to 0) | all:
+    # every parameter, the tie numbers and norm gains too (MicroAdder's and tbukic's AdamW)
+    weight_decay_scope: str = "matrices"
     beta1: float = 0.9
     beta2: float = 0.98
     grad_clip: float = 1.0  # per-seed global-norm clip; 0 = off
@@ -203,6 +331,10 @@ class TrainConfig(DictConfig):
     # (MicroAdder: 80% fading between 25% and 75%); equal = no fade.
     carry_fade_start: float = 0.0
     carry_fade_end: float = 0.0
+    # Unequal stages, as the records train: [[until_step, max_digits], ...] in rising order, e.g.
+    # MicroAdder's [[2000, 3], [7000, 6]] (1-3 digits to step 2K, 1-6 to 7K, then all); when
+    # given it replaces curriculum_steps / curriculum_stages.
+    curriculum: list | None = None
     curriculum_steps: int = 0  # steps over which the longest operand length grows to full; 0 = off
     # 0: the longest operand grows by one digit at a time over curriculum_steps; k > 0: k equal
     # stages, stage i capped at ceil(N*(i+1)/(k+1)) digits (MicroAdder's 3 / 6 / 10 for k=2)
@@ -268,6 +400,10 @@ class TrainConfig(DictConfig):
         need(0 <= self.beta2 < 1, "beta2", "must be in [0, 1)")
         need(self.grad_clip >= 0, "grad_clip", "must be >= 0 (0 = off)")
         need(self.sampling in SAMPLINGS, "sampling", f"must be one of {', '.join(SAMPLINGS)}")
+        need(self.weight_decay_scope in ("matrices", "all"), "weight_decay_scope",
+             "must be matrices or all")
+        if self.curriculum is not None:
+            self.curriculum = _stages(self.curriculum)
         need(self.sampler in SAMPLERS, "sampler", f"must be one of {', '.join(SAMPLERS)}")
         need(0 <= self.carry_frac <= 1, "carry_frac", "must be in [0, 1]")
         need(0 < self.target <= 1, "target", "must be in (0, 1]")
@@ -275,3 +411,19 @@ class TrainConfig(DictConfig):
         need(isinstance(self.device, str) and (self.device in ("auto", "cpu")
              or self.device.startswith("cuda")), "device", "must be auto, cpu, cuda or cuda:N")
 
+
+def _stages(value: Any) -> list[list[int]]:
+    """Validate a curriculum [[until_step, max_digits], ...]: whole numbers, steps rising."""
+    bad = ConfigError(f"train config: curriculum={value!r}: must be a list of [until_step, "
+                      f"max_digits] pairs of whole numbers >= 1 with rising steps, e.g. "
+                      f"[[2000, 3], [7000, 6]]")
+    if not isinstance(value, (list, tuple)) or not value:
+        raise bad
+    out: list[list[int]] = []
+    for pair in value:
+        if (not isinstance(pair, (list, tuple)) or len(pair) != 2
+                or any(not isinstance(x, int) or isinstance(x, bool) or x < 1 for x in pair)
+                or (out and pair[0] <= out[-1][0])):
+            raise bad
+        out.append([int(pair[0]), int(pair[1])])
+    return out

@@ -1,8 +1,10 @@
 """How an arithmetic problem is written as tokens: the `Format` words and their parser.
 
-Four independent choices, each a pair of words in a comma list (`pad,revans,fwdops,delim` is
-the default): pad|nopad (fixed-width zero padding), revans|fwdans (answer least-significant
-digit first or not), revops|fwdops (operands likewise), delim|nodelim (operator and '=').
+Five choices, each a pair of words in a comma list (`pad,revans,fwdops,delim,symbols` is the
+default): pad|nopad (fixed-width zero padding), revans|fwdans (answer least-significant digit
+first or not), revops|fwdops (operands likewise), delim|nodelim (operator and '='),
+symbols|zeros (delimiters as their own tokens, or as the digit 0 in AdderBoard's layout
+`0 a 0 0 b 0`, a vocabulary of the ten digits only).
 `arithsweep.core.tasks` shows literal examples of each; `Task` and `SortTask` hold one.
 
     python -c "from arithsweep.core.formats import parse_format; print(parse_format('nopad').name)"
@@ -15,7 +17,8 @@ from dataclasses import dataclass
 from arithsweep.core.errors import ConfigError
 
 _FORMAT_WORDS = (("pad", "nopad", "pad"), ("revans", "fwdans", "reverse_answer"),
-                 ("revops", "fwdops", "reverse_operands"), ("delim", "nodelim", "delimiters"))
+                 ("revops", "fwdops", "reverse_operands"), ("delim", "nodelim", "delimiters"),
+                 ("zeros", "symbols", "zero_delimiters"))
 _WORDS = {w: (key, w == on) for on, off, key in _FORMAT_WORDS for w in (on, off)}
 _FORMAT_HELP = ", ".join(f"{on}|{off}" for on, off, _ in _FORMAT_WORDS)
 
@@ -28,15 +31,23 @@ class Format:
     reverse_answer: bool = True  # answer least-significant digit first
     reverse_operands: bool = False
     delimiters: bool = True  # operator between operands and '=' before the answer
+    # zeros: the delimiter slots are the digit 0, as AdderBoard's records write a problem
+    # (`0 a 0 0 b 0`, vocabulary of the ten digits only); needs pad and delim
+    zero_delimiters: bool = False
 
     def __post_init__(self) -> None:
         if not self.pad and not self.delimiters:
             raise ConfigError("format 'nopad,nodelim' is ambiguous: without padding only the "
                               "operator and '=' show where an operand ends; use pad or delim")
+        if self.zero_delimiters and not (self.pad and self.delimiters):
+            raise ConfigError("format 'zeros' writes the delimiter slots as the digit 0, so it "
+                              "needs pad (fixed widths) and delim")
 
     @property
     def name(self) -> str:
-        return ",".join(on if getattr(self, key) else off for on, off, key in _FORMAT_WORDS)
+        # "symbols" (the default) is left out, so names written before the word existed hold
+        words = [on if getattr(self, key) else off for on, off, key in _FORMAT_WORDS]
+        return ",".join(words[:-1] if words[-1] == "symbols" else words)
 
 
 def parse_format(s: str | Format | None) -> Format:

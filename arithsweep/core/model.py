@@ -26,7 +26,18 @@ from torch import Tensor, nn
 
 from arithsweep.core.config import ACTIVATIONS, NORMS, POSITIONS, ModelConfig
 from arithsweep.core.errors import CheckpointError
-from arithsweep.core.layers import _lookup, _Norm, _normed, _Proj, _table, attend
+from arithsweep.core.layers import _EPS, _lookup, _Norm, _normed, _table, attend
+from arithsweep.core.weights import (
+    attn_biases,
+    attn_weights,
+    init_special,
+    make_attn_params,
+    make_embed_params,
+    make_mlp_params,
+    mlp_weights,
+    o_bias,
+    token_table,
+)
 
 __all__ = ["ACTIVATIONS", "NORMS", "POSITIONS", "ArithTransformer", "ModelConfig",
            "count_params", "param_breakdown"]
@@ -37,27 +48,12 @@ N_DIGITS = 10  # token ids 0..9 are the digits (abacus positions count runs of t
 class _Block(nn.Module):
     def __init__(self, cfg: ModelConfig, k: int) -> None:
         super().__init__()
-        d, H, r = cfg.d_model, cfg.n_heads, cfg.rank
-        qk, vh, ff, ab, mb = cfg.qk_head, cfg.v_head, cfg.d_ff, cfg.attn_bias, cfg.mlp_bias
+        d, nb = cfg.d_model, cfg.norm_bias
         own_norms = cfg.norm != "none" and not cfg.share_norms
-        nb = cfg.norm_bias
         self.norm1 = _Norm(k, d, cfg.norm, nb) if own_norms else None
-        self.attn = nn.Module()
-        self.attn.q = _Proj(k, d, H * qk, r, ab)
-        if cfg.tie_kv:
-            self.attn.kv = _Proj(k, d, H * qk, r, ab)
-        else:
-            self.attn.k = _Proj(k, d, H * qk, r, ab)
-            self.attn.v = _Proj(k, d, H * vh, r, ab)
-        self.attn.o = _Proj(k, H * vh, d, r, ab)
-        self.norm2 = _Norm(k, d, cfg.norm, nb) if own_norms and ff else None
-        self.mlp = None
-        if ff:
-            self.mlp = nn.Module()
-            if cfg.activation == "swiglu":
-                self.mlp.gate = _Proj(k, d, ff, r, mb)
-            self.mlp.up = _Proj(k, d, ff, r, mb)
-            self.mlp.down = _Proj(k, ff, d, r, mb)
+        self.attn = make_attn_params(cfg, k)  # owned parts only: ties derive the rest
+        self.norm2 = _Norm(k, d, cfg.norm, nb) if own_norms and cfg.d_ff else None
+        self.mlp = make_mlp_params(cfg, k)
 
 
 class ArithTransformer(nn.Module):
@@ -81,11 +77,12 @@ class ArithTransformer(nn.Module):
         self.cfg, self.k = cfg, k
         self._offset_seeds = [int(s) for s in seeds] if seeds else list(range(k))
         d, V = cfg.d_model, cfg.vocab_size
+        d_pos = d - cfg.tok_dims if cfg.split_positions else d  # width of the position part
         self.embed = nn.Module()
-        self.embed.weight = _table(k, V, d)
+        make_embed_params(self.embed, cfg, k)
         if cfg.pos in ("learned", "abacus"):
             table = nn.Module()
-            table.weight = _table(k, cfg.n_ctx if cfg.pos == "learned" else cfg.abacus_max, d)
+            table.weight = _table(k, cfg.n_ctx if cfg.pos == "learned" else cfg.abacus_max, d_pos)
             setattr(self, "pos" if cfg.pos == "learned" else "abacus", table)
         self.layers = nn.ModuleList(_Block(cfg, k) for _ in range(cfg.n_layers))
         self.shared_norm = self.final_norm = None
@@ -105,13 +102,15 @@ class ArithTransformer(nn.Module):
                              persistent=False)  # (T, T) additive: 0 on and below the diagonal
         pos = torch.arange(T, dtype=torch.float64).unsqueeze(1)  # (T, 1)
         if cfg.pos == "sinusoidal":
-            freq = torch.exp(-math.log(10000.0) * torch.arange(0, d, 2, dtype=torch.float64) / d)
-            pe = torch.zeros(T, d, dtype=torch.float64)
+            dp = d_pos
+            freq = torch.exp(-math.log(10000.0) * torch.arange(0, dp, 2, dtype=torch.float64) / dp)
+            pe = torch.zeros(T, dp, dtype=torch.float64)
             pe[:, 0::2] = torch.sin(pos * freq)
-            pe[:, 1::2] = torch.cos(pos * freq[: d // 2])
+            pe[:, 1::2] = torch.cos(pos * freq[: dp // 2])
             # scaled to the token embeddings' init scale (per-coordinate variance 1/d), so that
             # for tiny d the fixed positions do not drown the learned token identity
-            pe = (pe * math.sqrt(2.0 / d)).float().T.contiguous()
+            pe = (pe * math.sqrt(2.0 / d)).float()
+            pe = F.pad(pe, (d - dp, 0)).T.contiguous()  # the position part is the last dims
             self.register_buffer("sinusoid", pe, persistent=False)  # (d, T)
         elif cfg.pos == "rope":
             half = cfg.qk_head // 2
@@ -120,7 +119,7 @@ class ArithTransformer(nn.Module):
             self.register_buffer("rope_cos", ang.cos(), persistent=False)
             self.register_buffer("rope_sin", ang.sin(), persistent=False)
 
-        if self.embed.weight.is_meta:  # built only to be counted (count_params(cfg))
+        if next(self.parameters()).is_meta:  # built only to be counted (count_params(cfg))
             return
         gens = ([torch.Generator().manual_seed(int(s)) for s in seeds] if seeds is not None
                 else [generator] * k)
@@ -145,6 +144,8 @@ class ArithTransformer(nn.Module):
             if name.endswith(".bias") or "norm" in name:
                 p[i].fill_(0.0 if name.endswith(".bias") else 1.0)
                 continue
+            if init_special(name, p, i, gen):
+                continue
             std = cfg.d_model ** -0.5 if parts[0] in ("embed", "pos", "abacus", "unembed") \
                 else shape[0] ** -0.5
             if parts[-2] in ("o", "down") and parts[-1] != "A":
@@ -167,9 +168,10 @@ class ArithTransformer(nn.Module):
         _, B, T = tokens.shape
         d, V = cfg.d_model, cfg.vocab_size
         tokens = tokens.long()  # a no-op for int64; scatter_ wants int64 indices
-        x0 = _lookup(self.embed.weight, tokens.reshape(K, B * T)).view(K, d, B, T)
+        emb = token_table(self.embed, cfg)  # (K, V, d)
+        x0 = _lookup(emb, tokens.reshape(K, B * T)).view(K, d, B, T)
         if cfg.pos == "learned":
-            x0 = x0 + self.pos.weight[:, :T].transpose(1, 2).unsqueeze(2)  # (K, d, 1, T)
+            x0 = x0 + self._pos_part(self.pos.weight[:, :T]).transpose(1, 2).unsqueeze(2)
         elif cfg.pos == "sinusoidal":
             x0 = x0 + self.sinusoid[:, None, :T]  # (d, 1, T)
         elif cfg.pos == "abacus":
@@ -183,7 +185,7 @@ class ArithTransformer(nn.Module):
                 # (index minus '=''s index); with '=' at 0 it stops right and misses that digit
                 idx = idx + abacus_offset.view(K, B, 1) * (idx > 0)
             idx = idx.clamp_(max=cfg.abacus_max - 1).view(K, B * T)
-            x0 = x0 + _lookup(self.abacus.weight, idx).view(K, d, B, T)
+            x0 = x0 + _lookup(self._pos_part(self.abacus.weight), idx).view(K, d, B, T)
         x0 = x0.reshape(K, d, B * T)
         x = x0
         if (cap := self._capture) is not None:  # inspection only: norms (K, B, T)
@@ -201,7 +203,7 @@ class ArithTransformer(nn.Module):
                 if cap is not None:
                     cap["resid"].append(x.detach().view(K, d, B, T).norm(dim=1))
         # unembedding W^T is the embedding itself when tied: (K, V, d)
-        wt = self.embed.weight if cfg.tie_embeddings else self.unembed.weight.transpose(1, 2)
+        wt = emb if cfg.tie_embeddings else self.unembed.weight.transpose(1, 2)
         b = self.unembed.bias if cfg.unembed_bias else None
         last = self.final_norm if self.shared_norm is None else self.shared_norm
         if from_pos:
@@ -210,6 +212,10 @@ class ArithTransformer(nn.Module):
                 x = x.view(K, d, B, -1)[..., from_pos:].reshape(K, d, B * T)
         logits = _normed(last if cfg.final_norm else None, x, wt, b)  # (K, V, B*T)
         return logits.transpose(1, 2).reshape(K, B, T, V)  # one copy into the caller's layout
+
+    def _pos_part(self, table: Tensor) -> Tensor:  # (K, R, d_pos) -> (K, R, d)
+        """A position table placed on the position part of the stream (its last dims)."""
+        return F.pad(table, (self.cfg.d_model - table.shape[2], 0))
 
     @contextlib.contextmanager
     def capturing(self) -> Iterator[dict[str, list[Tensor]]]:
@@ -248,23 +254,29 @@ class ArithTransformer(nn.Module):
         """x (K, d, B*T) -> (K, d, B*(T - q_from)): keys and values from every position,
         queries (and so the outputs, attention rows and MLP) only from `q_from` on."""
         cfg, K = self.cfg, self.k
-        H, qk, vh = cfg.n_heads, cfg.qk_head, cfg.v_head
+        H, Hkv, qk, vh = cfg.n_heads, cfg.kv_heads, cfg.qk_head, cfg.v_head
         norm1 = self.shared_norm if blk.norm1 is None else blk.norm1
         a = blk.attn
-        kv = a.kv if cfg.tie_kv else None
-        projs = (a.q, kv) if kv is not None else (a.q, a.k, a.v)
+        wq, wk, wv, wo = attn_weights(a, cfg)
         # q, k, v from one fused bmm: the weights are tiny, the activations are not
-        wt = torch.cat([p.matrix_t() for p in projs], dim=1)
-        b = torch.cat([p.bias for p in projs], dim=1) if cfg.attn_bias else None
-        qkv = _normed(norm1, x, wt, b)  # (K, H*(2qk+vh), B*T), H*2qk when k = v
+        wt = torch.cat([wq, a.kv.matrix_t()] if cfg.tie_kv else [wq, wk, wv], dim=1)
+        qkv = _normed(norm1, x, wt, attn_biases(a, cfg))  # (K, H*qk + Hkv*(qk+vh), B*T)
+        g = H // Hkv  # query heads per K/V head
 
-        def heads(t: Tensor, w: int) -> Tensor:  # (K, H*w, B*T) -> (K*B*H, w, T)
-            return t.view(K, H, w, B, T).permute(0, 3, 1, 2, 4).reshape(K * B * H, w, T)
+        def heads(t: Tensor, w: int, h: int) -> Tensor:  # (K, h*w, B*T) -> (K*B*H, w, T)
+            t = t.view(K, h, 1, w, B, T)
+            if h != H:  # grouped K/V: each K/V head serves g query heads
+                t = t.expand(K, h, g, w, B, T)
+            return t.reshape(K, H, w, B, T).permute(0, 3, 1, 2, 4).reshape(K * B * H, w, T)
 
         # split, not slicing: its backward is one cat instead of a zero-filled copy per slice
-        parts = qkv.split(H * qk if kv is not None else [H * qk, H * qk, H * vh], dim=1)
-        q, k = heads(parts[0], qk), heads(parts[1], qk)
-        v = k if kv is not None else heads(parts[2], vh)
+        sizes = [H * qk, Hkv * qk] + ([] if cfg.tie_kv else [Hkv * vh])
+        parts = qkv.split(sizes, dim=1)
+        q, k = heads(parts[0], qk, H), heads(parts[1], qk, Hkv)
+        v = k if cfg.tie_kv else heads(parts[2], vh, Hkv)
+        if cfg.qk_norm != "none":
+            wqn, wkn = (a.q_norm, a.k_norm) if cfg.qk_norm == "head" else (a.qk_norm,) * 2
+            q, k = self._qk_norm(q, wqn), self._qk_norm(k, wkn)
         if cfg.pos == "rope":
             q, k = self._rope(q), self._rope(k)
         Tq = T - q_from
@@ -279,27 +291,40 @@ class ArithTransformer(nn.Module):
             self._capture["attn"].append(p.view(K, B, H, T, T))
         # splitting N = K*B*H is a view for either kernel's strides; then one copy
         o = o.view(K, B, H, vh, Tq).permute(0, 2, 3, 1, 4).reshape(K, H * vh, B * Tq)
-        x = torch.baddbmm(x, a.o.matrix_t(), o)  # residual add rides in the bmm
-        if a.o.bias is not None:
-            x = x + a.o.bias.unsqueeze(2)
+        x = torch.baddbmm(x, wo, o)  # residual add rides in the bmm
+        if (bo := o_bias(a, cfg)) is not None:
+            x = x + bo.unsqueeze(2)
         if blk.mlp is None:
             return x
         norm2 = self.shared_norm if blk.norm2 is None else blk.norm2
         m = blk.mlp
+        wg, wu, wd = mlp_weights(m, cfg)
         if cfg.activation == "swiglu":
-            wt = torch.cat([m.gate.matrix_t(), m.up.matrix_t()], dim=1)
-            b = torch.cat([m.gate.bias, m.up.bias], dim=1) if cfg.mlp_bias else None
-            g, u = _normed(norm2, x, wt, b).chunk(2, dim=1)  # (K, ff, B*T) each
-            h = F.silu(g) * u
+            b = None
+            if cfg.mlp_bias:
+                bg = m.up.bias * m.gate_scale if cfg.tie_gate else m.gate.bias
+                b = torch.cat([bg, m.up.bias], dim=1)
+            gate, u = _normed(norm2, x, torch.cat([wg, wu], dim=1), b).chunk(2, dim=1)
+            h = F.silu(gate) * u  # (K, ff, B*T)
         else:
-            h = _normed(norm2, x, m.up.matrix_t(), m.up.bias)  # (K, ff, B*T)
+            h = _normed(norm2, x, wu, m.up.bias)  # (K, ff, B*T)
             h = F.relu(h) if cfg.activation == "relu" else F.gelu(h)
-        x = torch.baddbmm(x, m.down.matrix_t(), h)
-        return x if m.down.bias is None else x + m.down.bias.unsqueeze(2)
+        x = torch.baddbmm(x, wd, h)
+        down = getattr(m, "down", None)
+        return x if down is None or down.bias is None else x + down.bias.unsqueeze(2)
 
-    def _rope(self, x: Tensor) -> Tensor:  # (N, qk, T), rotate-half convention
+    def _qk_norm(self, x: Tensor, w: Tensor) -> Tensor:  # (K*B*H, qk, T), w (K, qk)
+        """QK-norm: RMSNorm of each query/key head over its width, before RoPE (Qwen3)."""
+        K, qk, T = self.k, x.shape[1], x.shape[2]
+        y = x * torch.rsqrt(x.square().mean(1, keepdim=True) + _EPS)
+        return (y.view(K, -1, qk, T) * w.view(K, 1, qk, 1)).view_as(x)
+
+    def _rope(self, x: Tensor) -> Tensor:  # (N, qk, T): pairs (i, i+half) or (2i, 2i+1)
         T, half = x.shape[-1], x.shape[1] // 2
         c, s = self.rope_cos[:, :T], self.rope_sin[:, :T]  # (half, T)
+        if self.cfg.rope_pairs == "interleaved":
+            x1, x2 = x.view(-1, half, 2, T).unbind(2)
+            return torch.stack([x1 * c - x2 * s, x2 * c + x1 * s], dim=2).view_as(x)
         x1, x2 = x[:, :half], x[:, half:]
         return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=1)
 
@@ -355,7 +380,9 @@ def param_breakdown(model_or_cfg: ArithTransformer | ModelConfig) -> list[tuple[
     """Unique trainable values of one member per component, e.g. ("layer0.attn.q", 49)."""
     out: dict[str, int] = {}
     for name, shape in _shapes_of(model_or_cfg):
-        comp = name.rsplit(".", 1)[0]  # drop weight / bias / A / B
+        stem, last = name.rsplit(".", 1) if "." in name else ("", name)
+        # drop weight / bias / A / B; a derived rule's own numbers (k_angle, arc) keep their name
+        comp = stem if last in ("weight", "bias", "A", "B") else name
         if comp.startswith("layers."):
             _, idx, rest = comp.split(".", 2)
             comp = f"layer{idx}.{rest}"

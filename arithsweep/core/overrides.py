@@ -102,15 +102,27 @@ def build_configs(
         raise ConfigError("no task given: pass --task (e.g. --task add3)")
     task = get_task(str(name), fmt if fmt is not None else doc.get("format"))
     m_over, t_over = split_overrides(overrides)
-    file_model = {k: v for k, v in (doc.get("model") or {}).items()
-                  if k not in ("vocab_size", "n_ctx")}
+    file_model = dict(doc.get("model") or {})
+    # A file may size the token and position tables above what the task needs (a published
+    # model's own vocabulary or context, as the gpt-acc-jax anchor's 14 x 35); never below.
+    sizes = {k: _table_size(file_model.pop(k, None), k, need)
+             for k, need in (("vocab_size", task.vocab_size), ("n_ctx", task.n_ctx))}
     # the dataclass defaults are the only defaults: the file's values, then the overrides
     model_d = {**file_model, **m_over}
     train_d = {**(doc.get("train") or {}), **t_over}
     try:
-        model_cfg = ModelConfig.from_dict(
-            {**model_d, "vocab_size": task.vocab_size, "n_ctx": task.n_ctx})
+        model_cfg = ModelConfig.from_dict({**model_d, **sizes})
         train_cfg = TrainConfig.from_dict(train_d)
     except TypeError as e:  # a wrong type the dataclass could not even compare
         raise ConfigError(f"config: {e}") from None
     return task, model_cfg, train_cfg
+
+
+def _table_size(value: Any, field: str, need: int) -> int:
+    """A config file's vocab_size or n_ctx: the task's own when absent, refused when smaller."""
+    if value is None:
+        return need
+    if not isinstance(value, int) or isinstance(value, bool) or value < need:
+        raise ConfigError(f"model config: {field}={value!r}: must be a whole number >= {need}, "
+                          f"what the task needs")
+    return value

@@ -46,8 +46,13 @@ OnEval = Callable[[int, "T.EvalPoint", "T.TrainResult"], bool | None]
 
 def pack_key(model_cfg: ModelConfig, cfg: TrainConfig) -> tuple:
     """Proposals with equal keys can be trained in one pack by `train_population`."""
-    shared = tuple((k, v) for k, v in cfg.to_dict().items() if k not in PER_MEMBER_FIELDS)
+    shared = tuple((k, _frozen(v)) for k, v in cfg.to_dict().items()
+                   if k not in PER_MEMBER_FIELDS)
     return tuple(sorted(model_cfg.to_dict().items())), shared
+
+
+def _frozen(v):  # list fields (the curriculum's stages) as tuples: a pack key is hashed
+    return tuple(_frozen(x) for x in v) if isinstance(v, list) else v
 
 
 def _check_pack(model_cfg: ModelConfig, cfgs: Sequence[TrainConfig]) -> None:
@@ -72,9 +77,10 @@ class PackAdamW:
     is 0 does not move at all (decay factor exactly 1, update exactly 0)."""
 
     def __init__(self, params: list[torch.Tensor], weight_decay: torch.Tensor,
-                 betas: tuple[float, float], eps: float = 1e-8) -> None:
+                 betas: tuple[float, float], eps: float = 1e-8, scope: str = "matrices") -> None:
         self.params = params
-        self.decay = [p for p in params if p.dim() >= 3]  # a norm gain pulled to 0 fights
+        # "matrices": a norm gain pulled to 0 fights the norm; "all" is the records' AdamW
+        self.decay = [p for p in params if scope == "all" or p.dim() >= 3]
         self.wd, (self.b1, self.b2), self.eps = weight_decay, betas, eps  # wd (K,)
         self.m = [torch.zeros_like(p) for p in params]
         self.v = [torch.zeros_like(p) for p in params]
@@ -172,7 +178,7 @@ def train_population(task: Task, model_cfg: ModelConfig, cfgs: Sequence[TrainCon
                      on_step: Callable[[int, int], None] | None = None) -> list[T.TrainResult]:
     """Train every proposal's seeds in one pack; one TrainResult per proposal, in order.
     `on_eval(j, point, result)` may return True to stop proposal j."""
-    if model_cfg.vocab_size != task.vocab_size or model_cfg.n_ctx < task.n_ctx:
+    if model_cfg.vocab_size < task.vocab_size or model_cfg.n_ctx < task.n_ctx:
         raise ConfigError(
             f"model config vocab_size={model_cfg.vocab_size}, n_ctx={model_cfg.n_ctx} does not "
             f"fit task {task.name} (vocab_size={task.vocab_size}, n_ctx={task.n_ctx})"
@@ -191,7 +197,8 @@ def train_population(task: Task, model_cfg: ModelConfig, cfgs: Sequence[TrainCon
         vals = [float(getattr(c, field)) for c, n in zip(cfgs, counts) for _ in range(n)]
         return torch.tensor(vals, dtype=torch.float32, device=device)
 
-    opt = PackAdamW(params, per_member("weight_decay"), (c0.beta1, c0.beta2))
+    opt = PackAdamW(params, per_member("weight_decay"), (c0.beta1, c0.beta2),
+                    scope=c0.weight_decay_scope)
     clip = per_member("grad_clip")  # (K,); 0 = off for that member
     lrs = _LrTable(cfgs, counts, device)
     loss_fn = torch.compile(T._loss_fn, dynamic=False) if c0.compile else T._loss_fn

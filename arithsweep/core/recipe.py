@@ -37,6 +37,8 @@ def carry_share(cfg: TrainConfig, step: int) -> float:
 
 def curriculum_cap(cfg: TrainConfig, n_digits: int, step: int) -> int | None:
     """Longest operand length allowed at `step`; None = the task's full length."""
+    if cfg.curriculum:  # unequal stages: the first whose end lies ahead
+        return next((min(n_digits, cap) for until, cap in cfg.curriculum if step < until), None)
     c = cfg.curriculum_steps
     if not c or step >= c:
         return None

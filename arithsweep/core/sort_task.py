@@ -95,6 +95,9 @@ class SortTask:
         if not fmt.pad:
             raise ConfigError(f"{self.name}: format nopad does not apply to sorting (values are "
                               f"always two digits wide); use pad")
+        if fmt.zero_delimiters:
+            raise ConfigError(f"{self.name}: format zeros does not apply to sorting (a value's "
+                              f"label is its delimiter); use symbols")
         fmt = replace(fmt, reverse_answer=False)  # labels have no digit order to reverse
         labels = tuple(chr(ord("a") + i) for i in range(n))
         vocab = tuple("0123456789") + labels + (("=",) if fmt.delimiters else ())

@@ -93,12 +93,16 @@ class Task:
         if op not in OPS or not 1 <= n <= MAX_DIGITS[op] or self.name != f"{op}{n}":
             raise ConfigError(f"unknown task {self.name!r}: expected {_TASK_HELP}")
         fmt = parse_format(self.fmt)
-        signed, delim = op in ("sub", "mix"), fmt.delimiters
-        need = {"+": op == "mix" or (op == "add" and delim), "-": signed,
-                "*": op == "mul" and delim, "=": delim, "<eos>": not fmt.pad, "<pad>": not fmt.pad}
+        signed, delim, zeros = op in ("sub", "mix"), fmt.delimiters, fmt.zero_delimiters
+        if zeros and op == "mix":
+            raise ConfigError("format 'zeros' has no operator token, which mix needs: use symbols")
+        sym = delim and not zeros  # delimiters written as their own tokens
+        need = {"+": op == "mix" or (op == "add" and sym), "-": signed,
+                "*": op == "mul" and sym, "=": sym, "<eos>": not fmt.pad, "<pad>": not fmt.pad}
         vocab = tuple("0123456789") + tuple(s for s in _SYMBOLS if need[s])
         digits = {"add": n + 1, "sub": n, "mix": n + 1, "mul": 2 * n}[op]
-        prompt = 2 * n + (2 if delim else int(op == "mix"))
+        # zeros: `0 a 0 0 b 0`, four zero slots (AdderBoard's layout)
+        prompt = 2 * n + (4 if zeros else 2 if delim else int(op == "mix"))
         answer = digits + int(signed) + int(not fmt.pad)
         for key, value in dict(
             fmt=fmt, vocab=vocab, token_id={s: i for i, s in enumerate(vocab)},
@@ -288,12 +292,17 @@ class Task:
             pos.add_(length)
 
         op_tok = torch.tensor([ids.get(s, -1) for s in _OP_SYMBOL], device=dev)[op]
+        zeros = f.zero_delimiters
+        if zeros:
+            put(0)
         put_number(a, self.n_digits, f.reverse_operands)
         if f.delimiters or self.op == "mix":
-            put(op_tok)
+            put(0 if zeros else op_tok)
+        if zeros:
+            put(0)
         put_number(b, self.n_digits, f.reverse_operands)
         if f.delimiters:
-            put(ids["="])
+            put(0 if zeros else ids["="])
         prompt_end = pos.clone()
         r = self.answer(a, b, op)
         if self.signed:

@@ -83,7 +83,7 @@ def _module_source(mod: Any) -> str:
 
 def submission_source(row: dict[str, Any], weights_dir: str, author: str = "arithsweep") -> str:
     """The text of the submission file for a leaderboard row (an addition task)."""
-    from arithsweep.core import config, errors, formats, layers, model, sampling, tasks
+    from arithsweep.core import config, errors, formats, layers, model, sampling, tasks, weights
 
     metadata = {
         "name": f"arithsweep {row['task']} #{row['id']}",
@@ -122,6 +122,8 @@ def submission_source(row: dict[str, Any], weights_dir: str, author: str = "arit
              _module_source(tasks),
              "# ---------------------------------------------------------------- layers",
              _module_source(layers),
+             "# ---------------------------------------------------------------- weights",
+             _module_source(weights),
              "# ---------------------------------------------------------------- model",
              _module_source(model),
              _SUBMISSION.format(weights_dir=weights_dir, sha256=row["sha256"], metadata=metadata)]

@@ -1,0 +1,193 @@
+"""Owned and derived weights of the frontier options (the ties of the smallest public adders).
+
+Every weight the forward pass uses is either *owned* (a trainable (K, ...) tensor, counted by
+`count_params`) or *derived* from owned ones by a fixed rule: K = Q, K = a Q, K = Q turned by
+one angle, V = Q, O = Q^T, gate = a * up, down = up^T (optionally turned by one angle), a token
+table generated from three numbers on an arc, a token or position part narrower than the
+stream. `make_attn_params` and `make_mlp_params` create only the owned tensors a `ModelConfig`
+asks for; the `*_weights` functions return the matrices the forward pass multiplies by, all as W^T
+(K, d_out, d_in) like `layers._Proj.matrix_t`, so ties cost nothing in the hot loop but a few
+tiny d x d ops per step. `tests/test_frontier.py` pins each rule and each count.
+
+    python -c "from arithsweep.core.model import ModelConfig, count_params; print(count_params(\
+ModelConfig(vocab_size=10, n_ctx=34, d_model=3, d_head=4, d_vhead=4, n_heads=1, d_ff=2)))"
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from arithsweep.core.config import ModelConfig
+from arithsweep.core.layers import _Proj, _table
+
+N_DIGITS = 10  # token ids 0..9 are the digits
+
+
+def make_attn_params(cfg: ModelConfig, k: int) -> nn.Module:
+    """The owned attention tensors of one block (q, k, v, o, QK-norm weights, tie numbers)."""
+    d, H, Hkv = cfg.d_model, cfg.n_heads, cfg.kv_heads
+    qk, vh, ab = cfg.qk_head, cfg.v_head, cfg.attn_bias
+    a = nn.Module()
+    a.q = _Proj(k, d, H * qk, cfg.rank_of("q"), ab)
+    if cfg.tie_kv:
+        a.kv = _Proj(k, d, Hkv * qk, cfg.rank_of("k"), ab)
+    else:
+        if cfg.tie_k == "none":
+            a.k = _Proj(k, d, Hkv * qk, cfg.rank_of("k"), ab)
+        elif cfg.tie_k == "scaled":
+            a.k_scale = _table(k, 1)
+        elif cfg.tie_k == "rotated":
+            a.k_angle = _table(k, 1)
+        if not cfg.tie_v:
+            d_in = cfg.tok_dims if cfg.v_from_tokens else d
+            a.v = _Proj(k, d_in, Hkv * vh, cfg.rank_of("v"), ab)
+    if not cfg.tie_o:
+        a.o = _Proj(k, H * vh, d, cfg.rank_of("o"), ab)
+    if cfg.qk_norm == "head":
+        a.q_norm, a.k_norm = _table(k, qk), _table(k, qk)
+    elif cfg.qk_norm == "shared":
+        a.qk_norm = _table(k, qk)
+    return a
+
+
+def make_mlp_params(cfg: ModelConfig, k: int) -> nn.Module | None:
+    """The owned MLP tensors of one block (None without an MLP)."""
+    d, ff, mb = cfg.d_model, cfg.d_ff, cfg.mlp_bias
+    if not ff:
+        return None
+    m = nn.Module()
+    r = cfg.rank_of("mlp")
+    if cfg.activation == "swiglu" and cfg.tie_gate:
+        m.gate_scale = _table(k, 1)
+    elif cfg.activation == "swiglu":
+        m.gate = _Proj(k, d, ff, r, mb)
+    m.up = _Proj(k, d, ff, r, mb)
+    if cfg.mlp_down == "own":
+        m.down = _Proj(k, ff, d, r, mb)
+    elif cfg.mlp_down == "up_t_rot":
+        m.down_angle = _table(k, 1)
+    return m
+
+
+def turn_pairs(w: Tensor, angle: Tensor, dim: int, width: int, interleaved: bool) -> Tensor:
+    """Rotate every coordinate pair along `dim` (in blocks of `width`: heads) by angle (K, 1).
+
+    Pairs are (i, i + width/2) (split) or (2i, 2i+1) (interleaved), RoPE's two conventions."""
+    dim = dim % w.dim()
+    shape = list(w.shape)
+    blocks, half = shape[dim] // width, width // 2
+    inner = [half, 2] if interleaved else [2, half]
+    x = w.reshape(shape[:dim] + [blocks] + inner + shape[dim + 1:])
+    pair_dim = dim + (2 if interleaved else 1)
+    a, b = x.unbind(pair_dim)
+    view = [-1] + [1] * (a.dim() - 1)
+    c, s = angle.cos().view(view), angle.sin().view(view)
+    return torch.stack([a * c - b * s, a * s + b * c], pair_dim).reshape(shape)
+
+
+def attn_weights(a: nn.Module, cfg: ModelConfig) -> tuple[Tensor, Tensor | None, Tensor | None,
+                                                          Tensor]:
+    """(Wq^T, Wk^T, Wv^T, Wo^T), each (K, d_out, d_in); Wk^T and Wv^T are None with tie_kv
+    (the caller uses the one `kv` projection for both)."""
+    wq = a.q.matrix_t()  # (K, H*qk, d)
+    if cfg.tie_kv:
+        wk = wv = None
+    else:
+        if cfg.tie_k == "none":
+            wk = a.k.matrix_t()
+        elif cfg.tie_k == "q":
+            wk = wq
+        elif cfg.tie_k == "scaled":
+            wk = wq * a.k_scale.unsqueeze(2)
+        else:
+            wk = turn_pairs(wq, a.k_angle, 1, cfg.qk_head, cfg.rope_pairs == "interleaved")
+        if cfg.tie_v:
+            wv = wq
+        else:
+            wv = a.v.matrix_t()  # (K, Hkv*vh, d_in)
+            if wv.shape[2] < cfg.d_model:  # v_from_tokens: zero columns on the position part
+                wv = nn.functional.pad(wv, (0, cfg.d_model - wv.shape[2]))
+    wo = wq.transpose(1, 2) if cfg.tie_o else a.o.matrix_t()  # (K, d, H*vh)
+    return wq, wk, wv, wo
+
+
+def attn_biases(a: nn.Module, cfg: ModelConfig) -> Tensor | None:
+    """q/k/v biases in the order `attn_weights` fuses them (ties share their source's bias)."""
+    if not cfg.attn_bias:
+        return None
+    if cfg.tie_kv:
+        return torch.cat([a.q.bias, a.kv.bias], dim=1)
+    bk = a.q.bias if cfg.tie_k != "none" else a.k.bias
+    if cfg.tie_k == "scaled":
+        bk = bk * a.k_scale
+    elif cfg.tie_k == "rotated":
+        bk = turn_pairs(bk, a.k_angle, 1, cfg.qk_head, cfg.rope_pairs == "interleaved")
+    return torch.cat([a.q.bias, bk, a.q.bias if cfg.tie_v else a.v.bias], dim=1)
+
+
+def o_bias(a: nn.Module, cfg: ModelConfig) -> Tensor | None:
+    return None if cfg.tie_o or not cfg.attn_bias else a.o.bias
+
+
+def mlp_weights(m: nn.Module, cfg: ModelConfig) -> tuple[Tensor | None, Tensor, Tensor]:
+    """(W_gate^T or None, W_up^T, W_down^T): (K, ff, d), (K, ff, d), (K, d, ff)."""
+    wu = m.up.matrix_t()
+    wg = None
+    if cfg.activation == "swiglu":
+        wg = wu * m.gate_scale.unsqueeze(2) if cfg.tie_gate else m.gate.matrix_t()
+    if cfg.mlp_down == "own":
+        wd = m.down.matrix_t()
+    else:
+        wd = wu.transpose(1, 2)  # down = up^T: W_down^T = W_up, (K, d, ff)
+        if cfg.mlp_down == "up_t_rot":
+            wd = turn_pairs(wd, m.down_angle, 2, cfg.d_ff, True)
+    return wg, wu, wd
+
+
+def make_embed_params(emb: nn.Module, cfg: ModelConfig, k: int) -> None:
+    V, tok = cfg.vocab_size, cfg.tok_dims
+    if cfg.embed == "table":
+        emb.weight = _table(k, V, tok)
+    else:
+        emb.arc = _table(k, 3)  # radius, start, stride
+        emb.extra = _table(k, V - N_DIGITS, tok) if V > N_DIGITS else None
+
+
+def token_table(emb: nn.Module, cfg: ModelConfig) -> Tensor:
+    """The token embedding E (K, V, d_model) the input and a tied unembedding read: the owned
+    table itself on the plain path (no copy), else generated and zero outside the token part."""
+    if cfg.embed == "table":
+        e = emb.weight
+    else:
+        r, start, stride = emb.arc.unbind(1)  # (K,) each
+        ang = start[:, None] + stride[:, None] * torch.arange(
+            N_DIGITS, device=emb.arc.device, dtype=emb.arc.dtype)  # (K, 10)
+        e = (r[:, None, None] * torch.stack([ang.cos(), ang.sin()], 2))  # (K, 10, 2)
+        e = nn.functional.pad(e, (0, cfg.tok_dims - 2))
+        if emb.extra is not None:
+            e = torch.cat([e, emb.extra], dim=1)
+    return e if e.shape[2] == cfg.d_model else nn.functional.pad(e, (0, cfg.d_model - e.shape[2]))
+
+
+@torch.no_grad()
+def init_special(name: str, p: Tensor, i: int, gen: torch.Generator | None) -> bool:
+    """Initialise member i of a derived-rule parameter; False if `name` is an ordinary one.
+
+    Angles start at 0 and scales at 1 (each tie starts as its plain form: K = Q, gate = up);
+    the arc puts the ten digits evenly round a unit circle (a clock, the natural picture of
+    digits mod 10) from a random start, with a little noise on the stride."""
+    last = name.rsplit(".", 1)[-1]
+    if last.endswith("angle"):
+        p[i].zero_()
+    elif last.endswith("scale"):
+        p[i].fill_(1.0)
+    elif last == "arc":
+        u = torch.rand(2, generator=gen)
+        p[i].copy_(torch.tensor([1.0, 2 * math.pi * float(u[0]),
+                                 2 * math.pi / N_DIGITS * (0.9 + 0.2 * float(u[1]))]))
+    else:
+        return False
+    return True

@@ -1,0 +1,260 @@
+"""The frontier options (core/weights.py): each tie, embedding and head layout against a plain
+per-member PyTorch reference written independently here, their exact counts, gradients into
+every owned tensor, and a checkpoint round trip."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from arithsweep.core.checkpoint import load_checkpoint, save_checkpoint
+from arithsweep.core.config import TrainConfig
+from arithsweep.core.errors import ConfigError
+from arithsweep.core.model import ArithTransformer, ModelConfig, count_params, param_breakdown
+from arithsweep.core.overrides import build_configs
+from arithsweep.core.population import PackAdamW
+from arithsweep.core.recipe import curriculum_cap
+from arithsweep.core.tasks import get_task
+
+# tbukic's shared base (reference/frontier-architectures.md): 1 layer, d 3, one head of width 4
+BASE = dict(vocab_size=10, n_ctx=34, d_model=3, n_heads=1, d_head=4, d_vhead=4, d_ff=2,
+            activation="swiglu", norm="rms", pos="rope", rope_base=3.0)
+
+
+def cfg_of(**kw) -> ModelConfig:
+    return ModelConfig(**{**BASE, **kw})
+
+
+# --------------------------------------------------------------------------------- counts
+@pytest.mark.parametrize(("kw", "want"), [
+    ({}, 95 - 8 + 18),  # 30 embed + 4 * 12 projections + 9 norms + 9 * ff
+    ({"qk_norm": "head"}, 95 + 18),  # tbukic's formula: 95 + 9 ff
+    ({"qk_norm": "shared"}, 95 + 18 - 4),
+    ({"qk_norm": "head", "tie_k": "q"}, 113 - 12),
+    ({"qk_norm": "head", "tie_k": "scaled"}, 113 - 11),
+    ({"qk_norm": "head", "tie_k": "rotated"}, 113 - 11),
+    ({"qk_norm": "head", "tie_o": True}, 113 - 12),
+    ({"qk_norm": "head", "tie_v": True}, 113 - 12),
+    ({"qk_norm": "head", "share_norms": True}, 113 - 6),
+    ({"qk_norm": "head", "embed": "arc"}, 113 - 27),
+    ({"qk_norm": "head", "mlp_down": "up_t"}, 113 - 6),
+    ({"qk_norm": "head", "mlp_down": "up_t_rot"}, 113 - 5),
+    ({"qk_norm": "head", "tie_gate": True}, 113 - 5),
+    ({"qk_norm": "head", "rank_o": 1}, 113 - 12 + 4 + 3),
+    ({"qk_norm": "head", "d_ff": 3}, 122),  # staghado's 122
+    ({"qk_norm": "head", "d_ff": 3, "n_heads": 2, "n_kv_heads": 1}, 146),  # 119 + 9 ff
+    ({"qk_norm": "head", "d_ff": 6, "n_heads": 2, "n_kv_heads": 1}, 173),
+])
+def test_counts_follow_the_published_arithmetic(kw, want):
+    assert count_params(cfg_of(**kw)) == want
+
+
+def test_the_36_parameter_record_counts_36():
+    cfg = cfg_of(embed="arc", tie_k="rotated", tie_v=True, tie_o=True, qk_norm="shared",
+                 share_norms=True, mlp_down="up_t_rot", rope_pairs="interleaved")
+    assert count_params(cfg) == 36
+
+
+def test_split_subspaces_count_only_their_part():
+    # d 5 = 3 token dims + 2 position dims: the learned table is n_ctx x 2, V reads 3 dims
+    cfg = ModelConfig(vocab_size=10, n_ctx=34, d_model=5, n_heads=1, d_head=4, d_vhead=4,
+                      d_ff=2, pos="learned", d_embed=3, split_positions=True,
+                      v_from_tokens=True)
+    by = dict(param_breakdown(cfg))
+    assert by["embed"] == 10 * 3 and by["pos"] == 34 * 2 and by["layer0.attn.v"] == 3 * 4
+
+
+@pytest.mark.parametrize(("kw", "field"), [
+    ({"tie_v": True, "d_vhead": 2}, "tie_v"),
+    ({"tie_o": True, "d_vhead": 2}, "tie_o"),
+    ({"n_heads": 3, "n_kv_heads": 2}, "n_kv_heads"),
+    ({"tie_k": "rotated", "d_head": 3, "pos": "none"}, "tie_k"),
+    ({"mlp_down": "up_t_rot", "d_ff": 3}, "mlp_down"),
+    ({"tie_gate": True, "activation": "relu"}, "tie_gate"),
+    ({"embed": "arc", "d_embed": 1}, "embed"),
+    ({"split_positions": True}, "split_positions"),
+    ({"qk_norm": "both"}, "qk_norm"),
+    ({"tie_k": "q", "tie_kv": True}, "tie_k"),
+])
+def test_impossible_combinations_name_their_field(kw, field):
+    with pytest.raises(ConfigError, match=field):
+        cfg_of(**kw)
+
+
+# ------------------------------------------------------------------- the plain reference
+def _rms(x, w=None):
+    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
+    return y if w is None else y * w
+
+
+def _rope(x, base, interleaved):  # x (B, H, T, w)
+    T, w = x.shape[-2], x.shape[-1]
+    half = w // 2
+    inv = base ** (-torch.arange(half, dtype=torch.float64) / half)
+    ang = (torch.arange(T, dtype=torch.float64)[:, None] * inv).float()  # (T, half)
+    c, s = ang.cos(), ang.sin()
+    if interleaved:
+        a, b = x[..., 0::2], x[..., 1::2]
+        return torch.stack([a * c - b * s, a * s + b * c], -1).flatten(-2)
+    a, b = x[..., :half], x[..., half:]
+    return torch.cat([a * c - b * s, a * s + b * c], -1)
+
+
+def _turn(w, theta, interleaved):  # rotate the columns of w (d, width) pairwise
+    half = w.shape[1] // 2
+    idx = [(2 * i, 2 * i + 1) if interleaved else (i, i + half) for i in range(half)]
+    out = w.clone()
+    c, s = math.cos(theta), math.sin(theta)
+    for i, j in idx:
+        out[:, i] = c * w[:, i] - s * w[:, j]
+        out[:, j] = s * w[:, i] + c * w[:, j]
+    return out
+
+
+def reference(cfg: ModelConfig, st: dict[str, torch.Tensor], tokens: torch.Tensor):
+    """One member, written the way the published adders write it: x (B, T, d), W (d_in, d_out)."""
+    B, T = tokens.shape
+    d, H, Hkv, w = cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.qk_head
+    il = cfg.rope_pairs == "interleaved"
+    if cfg.embed == "arc":
+        r, start, stride = st["embed.arc"].tolist()
+        ang = start + stride * torch.arange(10, dtype=torch.float32)
+        E = torch.zeros(cfg.vocab_size, d)
+        E[:10, 0], E[:10, 1] = r * ang.cos(), r * ang.sin()
+    else:
+        E = F.pad(st["embed.weight"], (0, d - cfg.tok_dims))
+    x = E[tokens]
+    if cfg.pos == "learned":
+        P = st["pos.weight"][:T]
+        x = x + F.pad(P, (d - P.shape[1], 0))
+    shared = st.get("shared_norm.weight")
+    n1 = shared if shared is not None else st["layers.0.norm1.weight"]
+    n2 = shared if shared is not None else st["layers.0.norm2.weight"]
+    nf = shared if shared is not None else st["final_norm.weight"]
+    Wq = st["layers.0.attn.q.weight"]
+    Wk = {"none": lambda: st.get("layers.0.attn.k.weight"), "q": lambda: Wq,
+          "scaled": lambda: Wq * st["layers.0.attn.k_scale"],
+          "rotated": lambda: torch.cat([_turn(Wq[:, h * w:(h + 1) * w],
+                                              float(st["layers.0.attn.k_angle"]), il)
+                                        for h in range(H)], 1)}[cfg.tie_k]()
+    Wv = Wq if cfg.tie_v else st["layers.0.attn.v.weight"]
+    if Wv.shape[0] < d:
+        Wv = F.pad(Wv, (0, 0, 0, d - Wv.shape[0]))
+    Wo = Wq.T if cfg.tie_o else st["layers.0.attn.o.weight"]
+    h = _rms(x, n1)
+    q = (h @ Wq).view(B, T, H, w).transpose(1, 2)
+    k = (h @ Wk).view(B, T, Hkv, w).transpose(1, 2).repeat_interleave(H // Hkv, 1)
+    v = (h @ Wv).view(B, T, Hkv, cfg.v_head).transpose(1, 2).repeat_interleave(H // Hkv, 1)
+    if cfg.qk_norm == "head":
+        q, k = _rms(q, st["layers.0.attn.q_norm"]), _rms(k, st["layers.0.attn.k_norm"])
+    elif cfg.qk_norm == "shared":
+        q, k = _rms(q, st["layers.0.attn.qk_norm"]), _rms(k, st["layers.0.attn.qk_norm"])
+    if cfg.pos == "rope":
+        q, k = _rope(q, cfg.rope_base, il), _rope(k, cfg.rope_base, il)
+    o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    x = x + o.transpose(1, 2).reshape(B, T, -1) @ Wo
+    h = _rms(x, n2)
+    Wu = st["layers.0.mlp.up.weight"]
+    Wg = Wu * st["layers.0.mlp.gate_scale"] if cfg.tie_gate else st["layers.0.mlp.gate.weight"]
+    Wd = {"own": lambda: st["layers.0.mlp.down.weight"], "up_t": lambda: Wu.T,
+          "up_t_rot": lambda: _turn(Wu, float(st["layers.0.mlp.down_angle"]), True).T,
+          }[cfg.mlp_down]()
+    x = x + (F.silu(h @ Wg) * (h @ Wu)) @ Wd
+    return _rms(x, nf) @ E.T  # (B, T, V)
+
+
+CASES = {
+    "plain+qknorm": dict(qk_norm="head"),
+    "record-36": dict(embed="arc", tie_k="rotated", tie_v=True, tie_o=True, qk_norm="shared",
+                      share_norms=True, mlp_down="up_t_rot", rope_pairs="interleaved"),
+    "k=q,split-rope": dict(tie_k="q", qk_norm="head", mlp_down="up_t"),
+    "k=aq,gate=a*up": dict(tie_k="scaled", tie_gate=True, share_norms=True),
+    "k=rot(q),split": dict(tie_k="rotated", qk_norm="shared"),
+    "grouped-kv": dict(n_heads=2, n_kv_heads=1, qk_norm="head", d_ff=3),
+    "split-subspaces": dict(d_model=5, d_embed=3, split_positions=True, v_from_tokens=True,
+                            pos="learned", tie_o=True),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_forward_matches_the_plain_reference(name):
+    cfg = cfg_of(**CASES[name])
+    model = ArithTransformer(cfg, k=2, seeds=[3, 4])
+    with torch.no_grad():  # move the tie numbers off their neutral start so they matter
+        for n, p in model.named_parameters():
+            if n.endswith(("angle", "scale")):
+                p.add_(torch.tensor([[0.7], [-0.4]]))
+    tokens = torch.randint(0, 10, (2, 5, 34), generator=torch.Generator().manual_seed(1))
+    got = model(tokens)  # (2, 5, 34, 10)
+    for i in range(2):
+        want = reference(cfg, model.member_state(i), tokens[i])
+        torch.testing.assert_close(got[i], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_every_owned_tensor_gets_a_gradient(name):
+    model = ArithTransformer(cfg_of(**CASES[name]), k=2, seeds=[0, 1])
+    model(torch.randint(0, 10, (3, 34))).square().mean().backward()
+    for n, p in model.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, n
+
+
+def test_a_frontier_checkpoint_round_trips(tmp_path):
+    cfg = cfg_of(**CASES["record-36"])
+    model = ArithTransformer(cfg, k=1, seeds=[7])
+    task = get_task("add10", "pad,revans,revops,delim,zeros")
+    save_checkpoint(tmp_path / "c", model, task, 0, TrainConfig())
+    ck = load_checkpoint(tmp_path / "c")
+    assert ck.model_cfg == cfg and count_params(ck.model) == 36
+    tokens = torch.randint(0, 10, (4, 34))
+    torch.testing.assert_close(ck.model(tokens), model(tokens))
+
+
+def test_zero_delimiter_format_is_adderboards_layout():
+    task = get_task("add10", "pad,revans,revops,delim,zeros")
+    assert task.vocab_size == 10 and task.prompt_len == 24 and task.n_ctx == 34
+    prompt = task.encode_prompt(torch.tensor([1234567890]), torch.tensor([5]),
+                                torch.tensor([0]))[0]
+    # AdderBoard's encode: [0] + reversed(a, 10 digits) + [0, 0] + reversed(b) + [0]
+    want = [0] + [int(c) for c in reversed(f"{1234567890:010d}")] + [0, 0] \
+        + [int(c) for c in reversed(f"{5:010d}")] + [0]
+    assert prompt == want
+    with pytest.raises(ConfigError, match="zeros"):
+        get_task("add3", "nopad,zeros")
+    with pytest.raises(ConfigError, match="zeros"):
+        get_task("mix3", "zeros")
+
+
+# ------------------------------------------------------------------------- the anchors
+ANCHORS = sorted((Path(__file__).parent.parent / "recipes" / "anchors").glob("*.yaml"))
+
+
+def test_there_are_at_least_five_anchors():
+    assert len(ANCHORS) >= 5
+
+
+@pytest.mark.parametrize("path", ANCHORS, ids=lambda p: p.stem)
+def test_each_anchor_counts_its_published_parameters(path):
+    """`arithsweep params FILE` prints the count the file's name (the author's) states."""
+    task, model_cfg, _ = build_configs(None, None, path, {})
+    assert count_params(model_cfg) == int(path.stem.rsplit("-", 1)[1])
+
+
+def test_unequal_curriculum_stages_and_decay_scope():
+    cfg = TrainConfig(curriculum=[[2000, 3], [7000, 6]], weight_decay_scope="all")
+    assert [curriculum_cap(cfg, 10, s) for s in (0, 1999, 2000, 6999, 7000)] == \
+        [3, 3, 6, 6, None]
+    with pytest.raises(ConfigError, match="curriculum"):
+        TrainConfig(curriculum=[[2000, 3], [1000, 6]])
+    with pytest.raises(ConfigError, match="weight_decay_scope"):
+        TrainConfig(weight_decay_scope="norms")
+    model = ArithTransformer(cfg_of(embed="arc", qk_norm="shared"), k=1, seeds=[0])
+    ps = list(model.parameters())
+    wd = torch.tensor([0.5])
+    every = PackAdamW(ps, wd, (0.9, 0.98), scope="all").decay
+    mats = PackAdamW(ps, wd, (0.9, 0.98)).decay
+    assert len(every) == len(ps) > len(mats)  # the arc and the norm gains decay under "all"
