@@ -128,23 +128,43 @@ def reference(cfg: ModelConfig, st: dict[str, torch.Tensor], tokens: torch.Tenso
     else:
         E = F.pad(st["embed.weight"], (0, d - cfg.tok_dims))
     x = E[tokens]
+    tok = cfg.tok_dims
     if cfg.pos == "learned":
         P = st["pos.weight"][:T]
         x = x + F.pad(P, (d - P.shape[1], 0))
+    elif cfg.pos == "digit_index":  # MicroAdder's clock of places plus a ramp, slot rows
+        dp = d - tok if cfg.split_positions else d
+        rows = []
+        for c in cfg.places[:T]:
+            if c.isupper():
+                letters = sorted({x for x in cfg.places if x.isupper()})
+                rows.append(st["slots.weight"][letters.index(c)])
+            elif c == ".":
+                rows.append(torch.zeros(dp))
+            else:
+                i = int(c, 36)
+                v = [f(2 * math.pi * i / (10 * 2 ** j)) for j in range(dp // 2)
+                     for f in (math.cos, math.sin)]
+                rows.append(torch.tensor(v + ([i / 10] if dp % 2 else []), dtype=torch.float32))
+        x = x + F.pad(torch.stack(rows), (d - dp, 0))
     shared = st.get("shared_norm.weight")
     n1 = shared if shared is not None else st["layers.0.norm1.weight"]
     n2 = shared if shared is not None else st["layers.0.norm2.weight"]
     nf = shared if shared is not None else st["final_norm.weight"]
     Wq = st["layers.0.attn.q.weight"]
+    if cfg.qk_from_positions:
+        Wq = F.pad(Wq, (0, 0, tok, 0))  # zero rows on the token part
+    Ph = st.get("head.weight")  # (d, tok)
     Wk = {"none": lambda: st.get("layers.0.attn.k.weight"), "q": lambda: Wq,
           "scaled": lambda: Wq * st["layers.0.attn.k_scale"],
           "rotated": lambda: torch.cat([_turn(Wq[:, h * w:(h + 1) * w],
                                               float(st["layers.0.attn.k_angle"]), il)
                                         for h in range(H)], 1)}[cfg.tie_k]()
-    Wv = Wq if cfg.tie_v else st["layers.0.attn.v.weight"]
+    Wv = Wq if cfg.tie_v else Ph.T if cfg.v_from_head else st["layers.0.attn.v.weight"]
     if Wv.shape[0] < d:
         Wv = F.pad(Wv, (0, 0, 0, d - Wv.shape[0]))
-    Wo = Wq.T if cfg.tie_o else st["layers.0.attn.o.weight"]
+    Wo = Wq.T if cfg.tie_o else st["layers.0.attn.o.A"] @ st["layers.0.attn.o.B"] \
+        if cfg.rank_of("o") else st["layers.0.attn.o.weight"]
     h = _rms(x, n1)
     q = (h @ Wq).view(B, T, H, w).transpose(1, 2)
     k = (h @ Wk).view(B, T, Hkv, w).transpose(1, 2).repeat_interleave(H // Hkv, 1)
@@ -159,11 +179,17 @@ def reference(cfg: ModelConfig, st: dict[str, torch.Tensor], tokens: torch.Tenso
     x = x + o.transpose(1, 2).reshape(B, T, -1) @ Wo
     h = _rms(x, n2)
     Wu = st["layers.0.mlp.up.weight"]
-    Wg = Wu * st["layers.0.mlp.gate_scale"] if cfg.tie_gate else st["layers.0.mlp.gate.weight"]
     Wd = {"own": lambda: st["layers.0.mlp.down.weight"], "up_t": lambda: Wu.T,
           "up_t_rot": lambda: _turn(Wu, float(st["layers.0.mlp.down_angle"]), True).T,
-          }[cfg.mlp_down]()
-    x = x + (F.silu(h @ Wg) * (h @ Wu)) @ Wd
+          "head": lambda: Ph.T}[cfg.mlp_down]()
+    if cfg.activation == "swiglu":
+        Wg = Wu * st["layers.0.mlp.gate_scale"] if cfg.tie_gate \
+            else st["layers.0.mlp.gate.weight"]
+        x = x + (F.silu(h @ Wg) * (h @ Wu)) @ Wd
+    else:
+        x = x + F.gelu(h @ Wu) @ Wd
+    if cfg.unembed_head:
+        return (_rms(x, nf) @ Ph) @ E[:, :tok].T
     return _rms(x, nf) @ E.T  # (B, T, V)
 
 
@@ -175,6 +201,18 @@ CASES = {
     "k=aq,gate=a*up": dict(tie_k="scaled", tie_gate=True, share_norms=True),
     "k=rot(q),split": dict(tie_k="rotated", qk_norm="shared"),
     "grouped-kv": dict(n_heads=2, n_kv_heads=1, qk_norm="head", d_ff=3),
+    "microadder-67": dict(d_model=5, d_vhead=5, activation="gelu", share_norms=True,
+                          embed="arc", d_embed=2, pos="digit_index",
+                          places=".0123456789B.0123456789A0123456789", split_positions=True,
+                          qk_from_positions=True, tie_k="rotated", rope_pairs="interleaved",
+                          v_from_tokens=True, unembed_head=True, v_from_head=True, rank_o=1),
+    "microadder-57": dict(d_model=5, d_vhead=5, activation="gelu", share_norms=True,
+                          embed="arc", d_embed=2, pos="digit_index",
+                          places=".0123456789B.0123456789A0123456789", split_positions=True,
+                          qk_from_positions=True, tie_k="rotated", rope_pairs="interleaved",
+                          v_from_tokens=True, unembed_head=True, v_from_head=True, rank_o=1,
+                          mlp_down="head"),
+    "digit-index-full-width": dict(pos="digit_index", places="0123456789A" * 4),
     "split-subspaces": dict(d_model=5, d_embed=3, split_positions=True, v_from_tokens=True,
                             pos="learned", tie_o=True),
 }

@@ -262,7 +262,8 @@ def test_a_fixed_only_space_and_format_section(tmp_path: Path) -> None:
 def test_format_string_section(tmp_path: Path) -> None:
     space = load_space(_write(tmp_path, 'format: "nopad,revops"\n'))
     assert space.suggest(optuna.trial.FixedTrial({}))["format"] == {
-        "pad": False, "reverse_answer": True, "reverse_operands": True, "delimiters": True}
+        "pad": False, "reverse_answer": True, "reverse_operands": True, "delimiters": True,
+        "zero_delimiters": False}
     with pytest.raises(ConfigError, match=r"myspace\.yaml: format: .*'padd'"):
         load_space(_write(tmp_path, "format: padd,revans\n"))
 

@@ -43,12 +43,12 @@ class DictConfig:
 
 ACTIVATIONS = ("relu", "gelu", "swiglu")
 NORMS = ("layer", "rms", "none")
-POSITIONS = ("learned", "sinusoidal", "rope", "abacus", "none")
+POSITIONS = ("learned", "sinusoidal", "rope", "abacus", "digit_index", "none")
 EMBEDS = ("table", "arc")
 QK_NORMS = ("none", "head", "shared")
 ROPE_PAIRS = ("split", "interleaved")
 TIE_K = ("none", "q", "scaled", "rotated")
-MLP_DOWN = ("own", "up_t", "up_t_rot")
+MLP_DOWN = ("own", "up_t", "up_t_rot", "head")
 
 
 @dataclass
@@ -113,6 +113,16 @@ class ModelConfig(DictConfig):
     # own | up_t: down = up^T | up_t_rot: up^T with its d_ff pairs turned by one learned angle
     mlp_down: str = "own"
     tie_gate: bool = False  # swiglu gate = a * up (1 number instead of d_model * d_ff)
+    # digit_index positions (fixed, counted 0): a digit's place inside its number as a fixed
+    # pattern (cos, sin of 2 pi place / 10, then a ramp), one char per position: 0-9 a-z a
+    # digit's place, '.' a slot with no position, A-Z a slot with a learned row (shared by equal
+    # letters). Filled from the task (`Task.places`) when absent.
+    places: str | None = None
+    qk_from_positions: bool = False  # Q and K read only the position part (dims after d_embed)
+    # unembedding through a head: logits = (norm(x) @ P) . E_tok, P d_model x d_embed owned
+    # (MicroAdder's head_proj); V and MLP down may reuse P^T (v_from_head, mlp_down: head)
+    unembed_head: bool = False
+    v_from_head: bool = False  # V = the token part times P^T (needs v_from_tokens, unembed_head)
 
     def __post_init__(self) -> None:
         def need(ok: bool, field: str, why: str) -> None:
@@ -137,7 +147,8 @@ class ModelConfig(DictConfig):
         # from_dict takes JSON/YAML: "false" or 1 must not slip through as a truthy flag
         for name in ("norm_bias", "final_norm", "share_norms", "attn_bias", "mlp_bias",
                      "unembed_bias", "tie_embeddings", "input_injection", "tie_kv", "tie_v",
-                     "tie_o", "split_positions", "v_from_tokens", "tie_gate"):
+                     "tie_o", "split_positions", "v_from_tokens", "tie_gate",
+                     "qk_from_positions", "unembed_head", "v_from_head"):
             need(isinstance(getattr(self, name), bool), name, "must be true or false")
         need(isinstance(self.abacus_max, int) and not isinstance(self.abacus_max, bool),
              "abacus_max", "must be a whole number >= 2")
@@ -195,8 +206,9 @@ class ModelConfig(DictConfig):
         if self.split_positions:
             need(self.tok_dims < self.d_model, "split_positions",
                  "needs d_embed < d_model (the dims after d_embed hold the positions)")
-            need(self.pos in ("learned", "sinusoidal", "abacus"), "split_positions",
-                 "needs additive positions (learned, sinusoidal or abacus)")
+            need(self.pos in ("learned", "sinusoidal", "abacus", "digit_index"),
+                 "split_positions", "needs additive positions (learned, sinusoidal, abacus, "
+                 "digit_index)")
         if self.v_from_tokens:
             need(not (self.tie_kv or self.tie_v), "v_from_tokens",
                  "V reads the token part only, so it cannot be tied to K or Q")
@@ -214,6 +226,25 @@ class ModelConfig(DictConfig):
             need(self.qk_head == self.v_head, "tie_o", "O = Q^T needs d_vhead == d_head")
         if self.mlp_down != "own":
             need(self.d_ff > 0, "mlp_down", "needs an MLP (d_ff > 0)")
+        if self.mlp_down == "head":
+            need(self.unembed_head and self.d_ff == self.tok_dims, "mlp_down",
+                 "head needs unembed_head and d_ff == d_embed (down = P^T)")
+        if self.unembed_head:
+            need(self.tie_embeddings and not self.unembed_bias, "unembed_head",
+                 "needs tie_embeddings (the head projects onto the token table) and no bias")
+        if self.v_from_head:
+            need(self.v_from_tokens and self.unembed_head and self.kv_heads * self.v_head
+                 == self.d_model, "v_from_head",
+                 "needs v_from_tokens, unembed_head and n_kv_heads * d_vhead == d_model")
+        if self.qk_from_positions:
+            need(self.split_positions, "qk_from_positions", "needs split_positions")
+            need(not (self.tie_o or self.tie_v or self.tie_kv), "qk_from_positions",
+                 "Q reads the position part only, so O, V and K = V cannot be tied to it")
+        if self.pos == "digit_index":
+            need(isinstance(self.places, str) and len(self.places) >= self.n_ctx
+                 and all(c == "." or c.isalnum() and c.isascii() for c in self.places),
+                 "places", f"digit_index needs a place per position (at least n_ctx="
+                           f"{self.n_ctx} chars of 0-9 a-z . A-Z)")
         if self.mlp_down == "up_t_rot":
             need(self.d_ff % 2 == 0, "mlp_down", f"up_t_rot needs an even d_ff (got {self.d_ff})")
         if self.tie_gate:
@@ -287,6 +318,9 @@ class ModelConfig(DictConfig):
             out.append(f"de{self.d_embed}")
         if self.mlp_down != "own":
             out.append(f"down={self.mlp_down}")
+        out += [lab for on, lab in ((self.qk_from_positions, "qk<-pos"),
+                                    (self.unembed_head, "head"), (self.v_from_head, "v=headT"))
+                if on]
         return out
 
 SAMPLINGS = ("uniform", "values", "carry", "mixed", "enriched")

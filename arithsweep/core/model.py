@@ -36,6 +36,7 @@ from arithsweep.core.weights import (
     make_mlp_params,
     mlp_weights,
     o_bias,
+    place_pattern,
     token_table,
 )
 
@@ -80,6 +81,16 @@ class ArithTransformer(nn.Module):
         d_pos = d - cfg.tok_dims if cfg.split_positions else d  # width of the position part
         self.embed = nn.Module()
         make_embed_params(self.embed, cfg, k)
+        if cfg.unembed_head:  # P (K, d, d_embed): MicroAdder's head_proj
+            self.head = nn.Module()
+            self.head.weight = _table(k, d, cfg.tok_dims)
+        if cfg.pos == "digit_index":
+            fixed, slot, n_slots = place_pattern(cfg.places, d_pos)
+            self.register_buffer("place_fixed", fixed, persistent=False)  # (T, d_pos)
+            self.register_buffer("place_slot", slot, persistent=False)  # (T,), -1 = none
+            if n_slots:
+                self.slots = nn.Module()
+                self.slots.weight = _table(k, n_slots, d_pos)
         if cfg.pos in ("learned", "abacus"):
             table = nn.Module()
             table.weight = _table(k, cfg.n_ctx if cfg.pos == "learned" else cfg.abacus_max, d_pos)
@@ -146,8 +157,8 @@ class ArithTransformer(nn.Module):
                 continue
             if init_special(name, p, i, gen):
                 continue
-            std = cfg.d_model ** -0.5 if parts[0] in ("embed", "pos", "abacus", "unembed") \
-                else shape[0] ** -0.5
+            tables = ("embed", "pos", "abacus", "unembed", "slots")
+            std = cfg.d_model ** -0.5 if parts[0] in tables else shape[0] ** -0.5
             if parts[-2] in ("o", "down") and parts[-1] != "A":
                 std /= math.sqrt(2 * cfg.n_layers * cfg.n_loops)
             p[i].copy_(torch.empty(shape).normal_(0.0, std, generator=gen))
@@ -174,6 +185,8 @@ class ArithTransformer(nn.Module):
             x0 = x0 + self._pos_part(self.pos.weight[:, :T]).transpose(1, 2).unsqueeze(2)
         elif cfg.pos == "sinusoidal":
             x0 = x0 + self.sinusoid[:, None, :T]  # (d, 1, T)
+        elif cfg.pos == "digit_index":
+            x0 = x0 + self._places(T).transpose(1, 2).unsqueeze(2)  # (K, d, 1, T)
         elif cfg.pos == "abacus":
             idx = self._abacus_index(tokens)  # (K, B, T)
             if abacus_offset is None and cfg.abacus_offset and self.training:
@@ -204,6 +217,8 @@ class ArithTransformer(nn.Module):
                     cap["resid"].append(x.detach().view(K, d, B, T).norm(dim=1))
         # unembedding W^T is the embedding itself when tied: (K, V, d)
         wt = emb if cfg.tie_embeddings else self.unembed.weight.transpose(1, 2)
+        if cfg.unembed_head:  # logits = E_tok P^T norm(x): one (K, V, d) matrix
+            wt = torch.bmm(emb[..., :cfg.tok_dims], self.head.weight.transpose(1, 2))
         b = self.unembed.bias if cfg.unembed_bias else None
         last = self.final_norm if self.shared_norm is None else self.shared_norm
         if from_pos:
@@ -212,6 +227,14 @@ class ArithTransformer(nn.Module):
                 x = x.view(K, d, B, -1)[..., from_pos:].reshape(K, d, B * T)
         logits = _normed(last if cfg.final_norm else None, x, wt, b)  # (K, V, B*T)
         return logits.transpose(1, 2).reshape(K, B, T, V)  # one copy into the caller's layout
+
+    def _places(self, T: int) -> Tensor:  # -> (K, T, d): digit_index positions
+        pe = self.place_fixed[:T].expand(self.k, -1, -1)  # (K, T, d_pos)
+        slot = self.place_slot[:T]
+        if getattr(self, "slots", None) is not None and bool((slot >= 0).any()):
+            rows = self.slots.weight[:, slot.clamp(min=0)]  # (K, T, d_pos)
+            pe = pe + rows * (slot >= 0).view(1, -1, 1)
+        return self._pos_part(pe)
 
     def _pos_part(self, table: Tensor) -> Tensor:  # (K, R, d_pos) -> (K, R, d)
         """A position table placed on the position part of the stream (its last dims)."""
@@ -257,7 +280,8 @@ class ArithTransformer(nn.Module):
         H, Hkv, qk, vh = cfg.n_heads, cfg.kv_heads, cfg.qk_head, cfg.v_head
         norm1 = self.shared_norm if blk.norm1 is None else blk.norm1
         a = blk.attn
-        wq, wk, wv, wo = attn_weights(a, cfg)
+        head = self.head.weight if cfg.unembed_head else None
+        wq, wk, wv, wo = attn_weights(a, cfg, head)
         # q, k, v from one fused bmm: the weights are tiny, the activations are not
         wt = torch.cat([wq, a.kv.matrix_t()] if cfg.tie_kv else [wq, wk, wv], dim=1)
         qkv = _normed(norm1, x, wt, attn_biases(a, cfg))  # (K, H*qk + Hkv*(qk+vh), B*T)
@@ -298,7 +322,7 @@ class ArithTransformer(nn.Module):
             return x
         norm2 = self.shared_norm if blk.norm2 is None else blk.norm2
         m = blk.mlp
-        wg, wu, wd = mlp_weights(m, cfg)
+        wg, wu, wd = mlp_weights(m, cfg, head)
         if cfg.activation == "swiglu":
             b = None
             if cfg.mlp_bias:

@@ -94,7 +94,7 @@ def build_configs(
 ):
     """-> (Task, ModelConfig, TrainConfig), validated; the file's values, then the overrides."""
     from arithsweep.core.config import ModelConfig
-    from arithsweep.core.tasks import get_task
+    from arithsweep.core.tasks import fill_places, get_task
 
     doc = read_config_file(config_file) if config_file else {}
     name = task_name or doc.get("task")
@@ -108,7 +108,7 @@ def build_configs(
     sizes = {k: _table_size(file_model.pop(k, None), k, need)
              for k, need in (("vocab_size", task.vocab_size), ("n_ctx", task.n_ctx))}
     # the dataclass defaults are the only defaults: the file's values, then the overrides
-    model_d = {**file_model, **m_over}
+    model_d = fill_places(task, {**file_model, **m_over})
     train_d = {**(doc.get("train") or {}), **t_over}
     try:
         model_cfg = ModelConfig.from_dict({**model_d, **sizes})

@@ -31,17 +31,18 @@ def make_attn_params(cfg: ModelConfig, k: int) -> nn.Module:
     d, H, Hkv = cfg.d_model, cfg.n_heads, cfg.kv_heads
     qk, vh, ab = cfg.qk_head, cfg.v_head, cfg.attn_bias
     a = nn.Module()
-    a.q = _Proj(k, d, H * qk, cfg.rank_of("q"), ab)
+    d_qk = d - cfg.tok_dims if cfg.qk_from_positions else d  # what Q and K read
+    a.q = _Proj(k, d_qk, H * qk, cfg.rank_of("q"), ab)
     if cfg.tie_kv:
         a.kv = _Proj(k, d, Hkv * qk, cfg.rank_of("k"), ab)
     else:
         if cfg.tie_k == "none":
-            a.k = _Proj(k, d, Hkv * qk, cfg.rank_of("k"), ab)
+            a.k = _Proj(k, d_qk, Hkv * qk, cfg.rank_of("k"), ab)
         elif cfg.tie_k == "scaled":
             a.k_scale = _table(k, 1)
         elif cfg.tie_k == "rotated":
             a.k_angle = _table(k, 1)
-        if not cfg.tie_v:
+        if not (cfg.tie_v or cfg.v_from_head):
             d_in = cfg.tok_dims if cfg.v_from_tokens else d
             a.v = _Proj(k, d_in, Hkv * vh, cfg.rank_of("v"), ab)
     if not cfg.tie_o:
@@ -88,16 +89,21 @@ def turn_pairs(w: Tensor, angle: Tensor, dim: int, width: int, interleaved: bool
     return torch.stack([a * c - b * s, a * s + b * c], pair_dim).reshape(shape)
 
 
-def attn_weights(a: nn.Module, cfg: ModelConfig) -> tuple[Tensor, Tensor | None, Tensor | None,
-                                                          Tensor]:
+def _on_positions(w: Tensor, cfg: ModelConfig) -> Tensor:  # (K, out, d_pos) -> (K, out, d)
+    return nn.functional.pad(w, (cfg.tok_dims, 0)) if cfg.qk_from_positions else w
+
+
+def attn_weights(a: nn.Module, cfg: ModelConfig, head: Tensor | None = None,
+                 ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor]:
     """(Wq^T, Wk^T, Wv^T, Wo^T), each (K, d_out, d_in); Wk^T and Wv^T are None with tie_kv
-    (the caller uses the one `kv` projection for both)."""
-    wq = a.q.matrix_t()  # (K, H*qk, d)
+    (the caller uses the one `kv` projection for both). `head`: the unembedding head P
+    (K, d, d_embed), which v_from_head reuses."""
+    wq = _on_positions(a.q.matrix_t(), cfg)  # (K, H*qk, d)
     if cfg.tie_kv:
         wk = wv = None
     else:
         if cfg.tie_k == "none":
-            wk = a.k.matrix_t()
+            wk = _on_positions(a.k.matrix_t(), cfg)
         elif cfg.tie_k == "q":
             wk = wq
         elif cfg.tie_k == "scaled":
@@ -106,8 +112,8 @@ def attn_weights(a: nn.Module, cfg: ModelConfig) -> tuple[Tensor, Tensor | None,
             wk = turn_pairs(wq, a.k_angle, 1, cfg.qk_head, cfg.rope_pairs == "interleaved")
         if cfg.tie_v:
             wv = wq
-        else:
-            wv = a.v.matrix_t()  # (K, Hkv*vh, d_in)
+        else:  # V = x_tok P^T: W_v^T = P (K, d, d_embed)
+            wv = head if cfg.v_from_head else a.v.matrix_t()  # (K, Hkv*vh, d_in)
             if wv.shape[2] < cfg.d_model:  # v_from_tokens: zero columns on the position part
                 wv = nn.functional.pad(wv, (0, cfg.d_model - wv.shape[2]))
     wo = wq.transpose(1, 2) if cfg.tie_o else a.o.matrix_t()  # (K, d, H*vh)
@@ -132,7 +138,8 @@ def o_bias(a: nn.Module, cfg: ModelConfig) -> Tensor | None:
     return None if cfg.tie_o or not cfg.attn_bias else a.o.bias
 
 
-def mlp_weights(m: nn.Module, cfg: ModelConfig) -> tuple[Tensor | None, Tensor, Tensor]:
+def mlp_weights(m: nn.Module, cfg: ModelConfig, head: Tensor | None = None,
+                ) -> tuple[Tensor | None, Tensor, Tensor]:
     """(W_gate^T or None, W_up^T, W_down^T): (K, ff, d), (K, ff, d), (K, d, ff)."""
     wu = m.up.matrix_t()
     wg = None
@@ -140,6 +147,8 @@ def mlp_weights(m: nn.Module, cfg: ModelConfig) -> tuple[Tensor | None, Tensor, 
         wg = wu * m.gate_scale.unsqueeze(2) if cfg.tie_gate else m.gate.matrix_t()
     if cfg.mlp_down == "own":
         wd = m.down.matrix_t()
+    elif cfg.mlp_down == "head":  # down = P^T: W_down^T = P (K, d, d_embed = ff)
+        wd = head
     else:
         wd = wu.transpose(1, 2)  # down = up^T: W_down^T = W_up, (K, d, ff)
         if cfg.mlp_down == "up_t_rot":
@@ -191,3 +200,26 @@ def init_special(name: str, p: Tensor, i: int, gen: torch.Generator | None) -> b
     else:
         return False
     return True
+
+
+def place_pattern(places: str, width: int) -> tuple[Tensor, Tensor, int]:
+    """digit_index positions: (fixed (T, width), slot (T,) long, -1 = none, number of slots).
+
+    A digit at place i gets (cos, sin)(2 pi i / (10 * 2^j)) for pair j (the first pair is a
+    clock of the ten places, as MicroAdder's table) and, for an odd width, a ramp i / 10 in the
+    last dim; '.' gets zeros; letters index learned slot rows."""
+    T = len(places)
+    fixed = torch.zeros(T, width, dtype=torch.float64)
+    slot = torch.full((T,), -1, dtype=torch.long)
+    letters = sorted({c for c in places if c.isupper()})
+    for t, c in enumerate(places):
+        if c.isupper():
+            slot[t] = letters.index(c)
+        elif c != ".":
+            i = int(c, 36)
+            for j in range(width // 2):
+                ang = 2 * math.pi * i / (10 * 2 ** j)
+                fixed[t, 2 * j], fixed[t, 2 * j + 1] = math.cos(ang), math.sin(ang)
+            if width % 2:
+                fixed[t, -1] = i / 10
+    return fixed.float(), slot, len(letters)

@@ -55,12 +55,12 @@ def build_trial(config: dict[str, Any]) -> TrialSetup:
     from arithsweep.core.config import TrainConfig
     from arithsweep.core.formats import Format
     from arithsweep.core.model import ModelConfig, count_params
-    from arithsweep.core.tasks import get_task
+    from arithsweep.core.tasks import fill_places, get_task
 
     model, train, fmt, const = trial_sections(config)
     task = get_task(const["task"], Format(**fmt))
-    model_cfg = ModelConfig.from_dict({**model, "vocab_size": task.vocab_size,
-                                       "n_ctx": task.n_ctx})
+    model_cfg = ModelConfig.from_dict({**fill_places(task, dict(model)),
+                                       "vocab_size": task.vocab_size, "n_ctx": task.n_ctx})
     train = {**train, "target": float(const.get("train_target") or const["target"])}
     if const.get("device") and "device" not in train:
         train["device"] = const["device"]
