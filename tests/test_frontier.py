@@ -17,8 +17,9 @@ from arithsweep.core.errors import ConfigError
 from arithsweep.core.model import ArithTransformer, ModelConfig, count_params, param_breakdown
 from arithsweep.core.overrides import build_configs
 from arithsweep.core.population import PackAdamW
-from arithsweep.core.recipe import curriculum_cap
+from arithsweep.core.recipe import curriculum_cap, grokfast_on
 from arithsweep.core.tasks import get_task
+from arithsweep.core.train import lr_at, train
 
 # tbukic's shared base (reference/frontier-architectures.md): 1 layer, d 3, one head of width 4
 BASE = dict(vocab_size=10, n_ctx=34, d_model=3, n_heads=1, d_head=4, d_vhead=4, d_ff=2,
@@ -296,3 +297,35 @@ def test_unequal_curriculum_stages_and_decay_scope():
     every = PackAdamW(ps, wd, (0.9, 0.98), scope="all").decay
     mats = PackAdamW(ps, wd, (0.9, 0.98)).decay
     assert len(every) == len(ps) > len(mats)  # the arc and the norm gains decay under "all"
+
+
+# ------------------------------------------------------------------- training phases
+def test_phases_follow_the_cosine_with_their_own_schedule_and_filter():
+    cfg = TrainConfig(steps=300, warmup=0, grokfast_alpha=0.9, grokfast_lambda=2.0, phases=[
+        {"steps": 100, "lr": 1e-3, "schedule": "cosine", "min_lr_ratio": 0.1, "grokfast": True},
+        {"steps": 50, "lr": 5e-4}], polish_steps=10, polish_lr=2e-4)
+    assert cfg.main_steps == 450
+    assert lr_at(299, cfg) == pytest.approx(cfg.lr * cfg.min_lr_ratio, rel=1e-3)
+    assert lr_at(300, cfg) == pytest.approx(1e-3) and lr_at(399, cfg) == pytest.approx(1e-4)
+    assert lr_at(400, cfg) == lr_at(449, cfg) == 5e-4 and lr_at(450, cfg) == 2e-4
+    on = [grokfast_on(cfg, s) for s in (0, 299, 300, 399, 400, 455)]
+    assert on == [False, False, True, True, False, False]
+    assert all(grokfast_on(TrainConfig(grokfast_alpha=0.9), s) for s in (0, 5000))
+    with pytest.raises(ConfigError, match="phases"):
+        TrainConfig(phases=[{"steps": 10}])
+    with pytest.raises(ConfigError, match="phases"):
+        TrainConfig(phases=[{"steps": 10, "lr": 1e-3, "optimiser": "sgd"}])
+
+
+@pytest.mark.slow
+def test_lbfgs_polishes_a_member_the_same_in_a_pack_as_alone():
+    task = get_task("add2")
+    mcfg = ModelConfig(vocab_size=task.vocab_size, n_ctx=task.n_ctx, d_model=8, d_ff=16)
+    kw = dict(steps=60, eval_every=60, early_stop=False, lbfgs_steps=5, lbfgs_pool=256,
+              sampler="hash")
+    pack = train(task, mcfg, TrainConfig(seeds=2, seed=0, **kw))
+    alone = train(task, mcfg, TrainConfig(seeds=1, seed=0, **kw))
+    assert len(pack.history) == 2  # the last evaluation scores the polished weights
+    for (n, a), b in zip(pack.model.member_state(0).items(),
+                         alone.model.member_state(0).values()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=n)

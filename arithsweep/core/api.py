@@ -82,7 +82,7 @@ def train_job(
     if bar is not None:
         bar.start()
         handle = bar.add_task(f"{task.name} x{train_cfg.seeds} seeds",
-                              total=train_cfg.steps + train_cfg.restart_steps, status="")
+                              total=train_cfg.main_steps, status="")
     try:
         result = train(task, model_cfg, replace(train_cfg, early_stop=False),
                        on_eval=on_eval, on_step=on_step)

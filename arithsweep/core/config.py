@@ -379,6 +379,12 @@ class TrainConfig(DictConfig):
     # problems; `arithsweep ood` measures how far the model generalises beyond it.
     train_digits: int | None = None
     restart_steps: int = 0  # a second cosine pass of this many steps (warm restart); 0 = off
+    # Phases after the cosine (and restart), before the polish: a list of {steps, lr, schedule:
+    # constant | cosine (to min_lr_ratio), grokfast: bool}. A phase with grokfast on applies the
+    # Grokfast filter below; once any phase asks for it, only those phases do (tbukic's 36 p: a
+    # long cosine, then a low-lr Grokfast phase). E.g. [{steps: 20000, lr: 1.0e-3,
+    # schedule: cosine, min_lr_ratio: 0.1, grokfast: true}].
+    phases: list | None = None
     # Grokfast-EMA gradient filter: g += lambda * EMA_alpha(g), amplifying the slow gradient
     # components that generalise; alpha 0 = off (the 36-p AdderBoard record used 0.98 and 3)
     grokfast_alpha: float = 0.0
@@ -389,6 +395,10 @@ class TrainConfig(DictConfig):
     polish_steps: int = 0
     polish_lr: float = 1e-3
     polish_pool: int = 100_000
+    # L-BFGS polish, last: per member, this many full-batch L-BFGS iterations on lbfgs_pool
+    # fixed TRAINING-split problems (staghado's 122 p: 2,048); 0 = off
+    lbfgs_steps: int = 0
+    lbfgs_pool: int = 2048
     eval_every: int = 100  # steps between exact-match evaluations
     eval_size: int = 4096  # held-out problems per evaluation (disjoint from the training stream)
     target: float = 0.99  # early stop once any seed reaches this exact match
@@ -444,6 +454,19 @@ class TrainConfig(DictConfig):
         need(self.time_budget >= 0, "time_budget", "must be >= 0 seconds (0 = none)")
         need(isinstance(self.device, str) and (self.device in ("auto", "cpu")
              or self.device.startswith("cuda")), "device", "must be auto, cpu, cuda or cuda:N")
+        if self.phases is not None:
+            self.phases = _phases(self.phases)
+        whole("lbfgs_steps", 0)
+        whole("lbfgs_pool", 1)
+
+    @property
+    def main_steps(self) -> int:
+        """Steps before the polish: the cosine, the restart and every phase."""
+        return self.steps + self.restart_steps + sum(p["steps"] for p in self.phases or ())
+
+    @property
+    def grokfast_phased(self) -> bool:  # the filter only in the phases that ask for it
+        return any(p["grokfast"] for p in self.phases or ())
 
 
 def _stages(value: Any) -> list[list[int]]:
@@ -460,4 +483,35 @@ def _stages(value: Any) -> list[list[int]]:
                 or (out and pair[0] <= out[-1][0])):
             raise bad
         out.append([int(pair[0]), int(pair[1])])
+    return out
+
+
+_PHASE_KEYS = {"steps": int, "lr": float, "schedule": str, "min_lr_ratio": float,
+               "grokfast": bool}
+
+
+def _phases(value: Any) -> list[dict[str, Any]]:
+    """Validate the phases list; fill each phase's defaults (constant lr, no filter)."""
+    def bad(why: str) -> ConfigError:
+        return ConfigError(f"train config: phases={value!r}: {why}; e.g. [{{steps: 20000, "
+                           f"lr: 1.0e-3, schedule: cosine, grokfast: true}}]")
+
+    if not isinstance(value, (list, tuple)):
+        raise bad("must be a list of phases")
+    out = []
+    for ph in value:
+        if not isinstance(ph, dict) or set(ph) - set(_PHASE_KEYS) or not {"steps", "lr"} <= set(ph):
+            raise bad(f"each phase is a mapping of steps, lr and optionally schedule, "
+                      f"min_lr_ratio, grokfast (got {ph!r})")
+        p = {"schedule": "constant", "min_lr_ratio": 0.1, "grokfast": False, **ph}
+        steps, lr, ratio = p["steps"], p["lr"], p["min_lr_ratio"]
+        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+            raise bad("a phase's steps must be a whole number >= 1")
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < math.inf:
+            raise bad("a phase's lr must be a number > 0")
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio <= 1:
+            raise bad("a phase's min_lr_ratio must be in [0, 1]")
+        if p["schedule"] not in ("constant", "cosine") or not isinstance(p["grokfast"], bool):
+            raise bad("schedule is constant or cosine, grokfast true or false")
+        out.append({**p, "lr": float(lr), "min_lr_ratio": float(ratio)})
     return out

@@ -30,7 +30,7 @@ from arithsweep.core.config import TrainConfig
 from arithsweep.core.errors import ConfigError
 from arithsweep.core.evaluate import EvalSet, answer_start, score
 from arithsweep.core.model import ArithTransformer, ModelConfig, count_params
-from arithsweep.core.recipe import GrokfastEMA
+from arithsweep.core.recipe import GrokfastEMA, grokfast_on, lbfgs_polish
 from arithsweep.core.step import PackStep, capture_blocker
 from arithsweep.core.tasks import Task
 
@@ -215,18 +215,22 @@ def train_population(task: Task, model_cfg: ModelConfig, cfgs: Sequence[TrainCon
     start = answer_start(task)
     loss_sum = torch.zeros(K, dtype=torch.float64, device=device)
     loss_n = 0
-    main = c0.steps + c0.restart_steps
+    main = c0.main_steps
     total = main + c0.polish_steps
     grokfast = GrokfastEMA(params, c0.grokfast_alpha, c0.grokfast_lambda) \
         if c0.grokfast_alpha else None
+    filtered = grokfast_on(c0, 0)
     runner = PackStep(model, opt, loss_fn, clip, alive, running, loss_sum, start,
-                      c0.batch_size, n_micro, grokfast,
+                      c0.batch_size, n_micro, grokfast if filtered else None,
                       blocker=capture_blocker(device, model_cfg, c0, n_micro))
     t0 = time.perf_counter()
     step = 0
     while step < total:
         if step == main and c0.polish_steps:  # every seed's own errors, training split only
             data.polish([r.model for r in results], device)
+        if c0.grokfast_phased and grokfast_on(c0, step) != filtered:  # a phase boundary
+            filtered = not filtered
+            runner.grokfast = grokfast if filtered else None
         model.train()
         tokens, mask = data.next(step)  # (K, B, T), (K, B, T-1)
         runner(tokens, mask, lrs.at(step))
@@ -256,6 +260,9 @@ def train_population(task: Task, model_cfg: ModelConfig, cfgs: Sequence[TrainCon
                 running[o:o + n] = False  # frozen from the next step on
         if not any(data.running):
             break
+    if c0.lbfgs_steps:
+        _lbfgs_and_score(model, task, cfgs, results, offs, counts, alive, eval_set, start, step,
+                         t0, device, on_eval)
     for j, (r, o, n) in enumerate(zip(results, offs, counts)):
         r.step_mode = runner.describe()
         if data.running[j]:  # ran to the end of the schedule
@@ -295,3 +302,23 @@ def _evaluate(j: int, cfg: TrainConfig, result: T.TrainResult, step: int, failed
     else:
         return False
     return True
+
+
+def _lbfgs_and_score(model, task, cfgs, results, offs, counts, alive, eval_set, start, step,
+                     t0, device, on_eval) -> None:
+    """The L-BFGS polish of every live member, then one more evaluation per proposal (its
+    best state moves only if the polish did not make it worse: `_evaluate` keeps the best)."""
+    live = alive.tolist()
+    model.train()
+    for c, o, n in zip(cfgs, offs, counts):
+        members = [_member_view(model, o + i, 1) for i in range(n) if live[o + i]]
+        lbfgs_polish(members, task, c, T._loss_fn, start, device)
+    right, pos_acc = score(model, task, eval_set)  # (K, N), (K, answer_len)
+    ok, pos_acc = right.float().mean(1).tolist(), pos_acc.tolist()
+    elapsed = time.perf_counter() - t0
+    for j, (c, r, o, n) in enumerate(zip(cfgs, results, offs, counts)):
+        stop_reason = r.stop_reason
+        _evaluate(j, c, r, step, [not x for x in live[o:o + n]], ok[o:o + n],
+                  [float("nan")] * n, pos_acc[o:o + n], elapsed, eval_set.n,
+                  step, on_eval)
+        r.stop_reason = stop_reason or r.stop_reason

@@ -49,6 +49,21 @@ def curriculum_cap(cfg: TrainConfig, n_digits: int, step: int) -> int | None:
     return max(1, min(n_digits, 1 + (n_digits * step) // c))
 
 
+def grokfast_on(cfg: TrainConfig, step: int) -> bool:
+    """Does the Grokfast filter run at `step`? Everywhere when alpha > 0, unless a phase asks
+    for it: then only inside such phases."""
+    if not cfg.grokfast_alpha:
+        return False
+    if not cfg.grokfast_phased:
+        return True
+    start = cfg.steps + cfg.restart_steps
+    for ph in cfg.phases or ():
+        if start <= step < start + ph["steps"]:
+            return ph["grokfast"]
+        start += ph["steps"]
+    return False
+
+
 class GrokfastEMA:
     """Grokfast-EMA (Lee et al. 2024): g <- g + lambda * ema(g), per parameter, per member.
 
@@ -85,3 +100,35 @@ def mine_errors(model: torch.nn.Module, task: Task, cfg: TrainConfig,
     a, b, op = (torch.cat([p[i] for p in parts]) for i in range(3))  # (P,) each
     wrong = ~exact_match(model, task, a, b, op)  # (K, P)
     return [(a[w], b[w], op[w]) for w in wrong]
+
+
+def lbfgs_polish(members: list[torch.nn.Module], task: Task, cfg: TrainConfig,
+                 loss_fn, start: int, device: torch.device) -> None:
+    """Full-batch L-BFGS on `cfg.lbfgs_pool` fixed TRAINING-split problems, one member at a
+    time (each `members[i]` a one-member view whose tensors are the pack's): the curvature
+    pairs of one member never mix with another's, so a member polishes the same in any pack.
+    A member whose loss turns non-finite is put back as it was."""
+    gen = torch.Generator().manual_seed(0x1BF6_5000 + cfg.seed)
+    half = cfg.lbfgs_pool // 2
+    parts = [task.sample(cfg.lbfgs_pool - half, gen, "values", cfg.train_digits, split="train"),
+             task.sample(half, gen, "carry" if task.op != "mul" else "uniform",
+                         cfg.train_digits, split="train")]
+    a, b, op = (torch.cat([p[i] for p in parts]) for i in range(3))
+    tokens, mask = (x.to(device)[None] for x in task.encode(a, b, op))  # (1, P, T), (1, P, T-1)
+    for m in members:
+        params = list(m.parameters())
+        saved = [p.detach().clone() for p in params]
+        opt = torch.optim.LBFGS(params, lr=1.0, max_iter=cfg.lbfgs_steps,
+                                history_size=20, line_search_fn="strong_wolfe")
+
+        def closure(m=m, opt=opt):
+            opt.zero_grad()
+            loss = loss_fn(m, tokens, mask, start).sum()
+            loss.backward()
+            return loss
+
+        opt.step(closure)
+        with torch.no_grad():
+            if not torch.isfinite(loss_fn(m, tokens, mask, start)).all():
+                for p, s in zip(params, saved):
+                    p.copy_(s)

@@ -44,6 +44,8 @@ def capture_blocker(device: torch.device, model_cfg, cfg, n_micro: int) -> str |
         return "compile=true (torch.compile manages its own graphs)"
     if n_micro != 1:
         return f"micro-batching ({n_micro} pieces per step)"
+    if cfg.grokfast_phased:
+        return "Grokfast in phases turns the filter on and off"
     if model_cfg.pos == "abacus" and model_cfg.abacus_offset:
         return "abacus offsets are drawn on the host every step"
     return None

@@ -49,10 +49,18 @@ def resolve_device(name: str) -> torch.device:
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
     """Linear warmup, cosine to a floor; an optional second (restart) pass of the same shape;
-    then polish_lr for the polish steps."""
+    then each phase's own schedule; then polish_lr for the polish steps."""
     floor = cfg.lr * cfg.min_lr_ratio
-    if step >= cfg.steps + cfg.restart_steps:  # the polish phase: a small constant rate
+    if step >= cfg.main_steps:  # the polish phase: a small constant rate
         return cfg.polish_lr
+    start = cfg.steps + cfg.restart_steps
+    for ph in cfg.phases or () if step >= start else ():  # after the cosine and the restart
+        if step < start + ph["steps"]:
+            if ph["schedule"] == "constant":
+                return ph["lr"]
+            t, low = (step - start) / max(1, ph["steps"] - 1), ph["lr"] * ph["min_lr_ratio"]
+            return low + 0.5 * (ph["lr"] - low) * (1 + math.cos(math.pi * t))
+        start += ph["steps"]
     if step >= cfg.steps and cfg.restart_steps:
         s, n, warm = step - cfg.steps, cfg.restart_steps, min(cfg.warmup, cfg.restart_steps // 10)
     else:
