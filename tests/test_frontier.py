@@ -329,3 +329,26 @@ def test_lbfgs_polishes_a_member_the_same_in_a_pack_as_alone():
     for (n, a), b in zip(pack.model.member_state(0).items(),
                          alone.model.member_state(0).values()):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=n)
+
+
+@pytest.mark.parametrize("sampler", ["stream", "hash"])
+def test_carry_patterns_mix_single_carries_chains_and_carries_out(sampler):
+    """MicroAdder's carry sampler: more single carries and more carries out of the top digit
+    than the one-chain pattern, and still only training-split problems."""
+    from arithsweep.core.train import _DataStream
+
+    task = get_task("add6")
+
+    def shares(patterns: str) -> tuple[float, float]:
+        cfg = TrainConfig(sampling="carry", carry_patterns=patterns, sampler=sampler,
+                          seeds=1, batch_size=2048)
+        tokens, _ = _DataStream(task, cfg, torch.device("cpu")).next(0)  # (1, B, T)
+        a = torch.tensor([int("".join(map(str, r[:6].tolist()))) for r in tokens[0]])
+        b = torch.tensor([int("".join(map(str, r[7:13].tolist()))) for r in tokens[0]])
+        assert not task.is_holdout(a, b, torch.zeros_like(a)).any()
+        run = task.carry_class(a, b, torch.zeros_like(a))
+        top = 10 ** torch.maximum(*task.operand_lengths(a, b))
+        return (run == 1).float().mean().item(), (a + b >= top).float().mean().item()
+
+    (single0, out0), (single1, out1) = shares("chain"), shares("mixed")
+    assert single1 > single0 + 0.03 and out1 > out0 + 0.03

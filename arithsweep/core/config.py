@@ -361,6 +361,10 @@ class TrainConfig(DictConfig):
     # overrides.py); recipes/add10-742.yaml says `sampler: stream` itself.
     sampler: str = "hash"
     carry_frac: float = 0.25  # with "mixed": share of each batch drawn carry-enriched
+    # the carry rows' pattern: chain (a carry, then a run of 9-sums of random length) | mixed
+    # (a third each: a single carry at a random place, such a chain, a chain out of the top
+    # digit; MicroAdder's sampler mixes these)
+    carry_patterns: str = "chain"
     # The carry share fades linearly from carry_frac to 0 between these fractions of `steps`
     # (MicroAdder: 80% fading between 25% and 75%); equal = no fade.
     carry_fade_start: float = 0.0
@@ -444,6 +448,7 @@ class TrainConfig(DictConfig):
         need(0 <= self.beta2 < 1, "beta2", "must be in [0, 1)")
         need(self.grad_clip >= 0, "grad_clip", "must be >= 0 (0 = off)")
         need(self.sampling in SAMPLINGS, "sampling", f"must be one of {', '.join(SAMPLINGS)}")
+        need(self.carry_patterns in ("chain", "mixed"), "carry_patterns", "must be chain or mixed")
         need(self.weight_decay_scope in ("matrices", "all"), "weight_decay_scope",
              "must be matrices or all")
         if self.curriculum is not None:

@@ -33,7 +33,7 @@ from torch import Tensor
 
 from arithsweep.core.config import TrainConfig
 from arithsweep.core.errors import ConfigError
-from arithsweep.core.recipe import carry_share, curriculum_cap
+from arithsweep.core.recipe import carry_mode, carry_share, curriculum_cap
 from arithsweep.core.sampling import _POW10, _digits
 from arithsweep.core.tasks import Task
 
@@ -106,13 +106,18 @@ def _uniform(w: _Words, cap: Tensor, n: int) -> tuple[Tensor, Tensor]:
     return length, lead * scale + w.number(n - 1) % scale
 
 
-def _carry_pair(w: _Words, cap: Tensor, n: int) -> tuple[Tensor, Tensor]:
+def _carry_pair(w: _Words, cap: Tensor, n: int,
+                patterns: bool = False) -> tuple[Tensor, Tensor]:
     """As sampling._carry_pair, with a per-row cap: a pair summing to >= 10 at a position g
-    inside both operands, then uniform pairs summing to 9 up to a position `top`."""
+    inside both operands, then uniform pairs summing to 9 up to a position `top` (patterns:
+    top = g, random, or the longer operand's top digit, a third each)."""
     (la, a), (lb, b) = _uniform(w, cap, n), _uniform(w, cap, n)
     da, db, pos = _digits(a, n), _digits(b, n), torch.arange(n, device=cap.device)
     g = w.below(torch.minimum(la, lb))
     top = g + w.below(torch.maximum(la, lb) - g)
+    if patterns:
+        kind = w.below(3)
+        top = torch.where(kind == 0, g, torch.where(kind == 2, torch.maximum(la, lb) - 1, top))
     span, at_g = (pos > g[:, None]) & (pos <= top[:, None]), pos == g[:, None]  # (N, n)
     ga = 1 + w.below(9)
     gb = 10 - ga + w.below(ga)
@@ -128,9 +133,10 @@ _OP_AT, _UNIFORM_AT, _VALUES_AT, _CARRY_AT, _BORROW_AT = 0, 10, 40, 60, 100
 
 
 def _mode_pair(m: int, w: _Words, cap: Tensor, op: Tensor, task: Task) -> tuple[Tensor, Tensor]:
-    """Operands (N,), (N,) of mode m (0 uniform, 1 values, 2 carry) for every row of w: a
-    pure function of each row's key, cap and op, so any subset of rows gives the same rows."""
-    n = task.n_digits
+    """Operands (N,), (N,) of mode m (0 uniform, 1 values, 2 carry, 3 carry patterns) for every
+    row of w: a pure function of each row's key, cap and op, so any subset of rows gives the
+    same rows."""
+    n, pat = task.n_digits, m == 3
     if m == 1:
         hi = _pow10(cap)
         w.at(_VALUES_AT)
@@ -139,11 +145,11 @@ def _mode_pair(m: int, w: _Words, cap: Tensor, op: Tensor, task: Task) -> tuple[
     if m == 0 or task.op == "mul":  # mul has no carry mode (Task.sample falls back to uniform)
         return a, b
     if 0 in task.op_codes:
-        ca, cb = _carry_pair(w.at(_CARRY_AT), cap, n)
+        ca, cb = _carry_pair(w.at(_CARRY_AT), cap, n, pat)
         a, b = torch.where(op == 0, ca, a), torch.where(op == 0, cb, b)
     if 1 in task.op_codes and n >= 2:  # x - y borrows exactly where y + (x - y) carries
-        y, d = _carry_pair(w.at(_BORROW_AT), cap, n)
-        y1, d1 = _carry_pair(w, (cap - 1).clamp(min=1), n)  # a sum that cannot overflow
+        y, d = _carry_pair(w.at(_BORROW_AT), cap, n, pat)
+        y1, d1 = _carry_pair(w, (cap - 1).clamp(min=1), n, pat)  # a sum that cannot overflow
         over = y + d >= _pow10(cap)
         y, d = torch.where(over, y1, y), torch.where(over, d1, d)
         flip = w.below(2).bool()
@@ -176,7 +182,7 @@ def draw(key: Tensor, mode: Tensor, cap: Tensor, task: Task, used: frozenset[int
     return a, b, op
 
 
-_MODE = {"uniform": 0, "values": 1, "carry": 2}
+_MODE = {"uniform": 0, "values": 1, "carry": 2, "carry_patterns": 3}
 _POOL_AT, _RANK_AT = 150, 160  # word indices of the fallback pick and the mode shuffle
 PIECE_ROWS = 1 << 16  # candidates hashed per vectorised call: bounds memory, not the result
 
@@ -240,9 +246,10 @@ class HashSampler:
         # exact counts per batch at hashed positions: the rank of each row in a keyed shuffle
         u = _Words(keys[..., 0]).at(_RANK_AT)() * B + torch.arange(B, device=dev)  # (S, K, B)
         rank = u.argsort(dim=-1, stable=True).argsort(dim=-1, stable=True)
-        mode = torch.where(rank < n_carry, 2, torch.where(rank < n_carry + n_values, 1, 0))
-        used = frozenset(m for p in plans for m, c in ((2, p[1]), (1, p[2]), (0, B - p[1] - p[2]))
-                         if c)
+        cm = _MODE[carry_mode(self.cfg)]  # 2, or 3 with MicroAdder's carry patterns
+        mode = torch.where(rank < n_carry, cm, torch.where(rank < n_carry + n_values, 1, 0))
+        used = frozenset(m for p in plans
+                         for m, c in ((cm, p[1]), (1, p[2]), (0, B - p[1] - p[2])) if c)
         cap = cap.expand(S, K, B)
         if self.compact:
             # candidate j only for the rows whose candidates 0..j-1 were all held out

@@ -35,6 +35,11 @@ def carry_share(cfg: TrainConfig, step: int) -> float:
     return cfg.carry_frac * max(0.0, 1.0 - (step - start) / (end - start))
 
 
+def carry_mode(cfg: TrainConfig) -> str:
+    """The Task.sample mode of the carry share: one chain pattern, or MicroAdder's mix."""
+    return "carry_patterns" if cfg.carry_patterns == "mixed" else "carry"
+
+
 def curriculum_cap(cfg: TrainConfig, n_digits: int, step: int) -> int | None:
     """Longest operand length allowed at `step`; None = the task's full length."""
     if cfg.curriculum:  # unequal stages: the first whose end lies ahead

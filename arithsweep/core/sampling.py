@@ -78,13 +78,20 @@ def _uniform(m: int, gen: torch.Generator, cap: int) -> tuple[Tensor, Tensor]:
     return length, torch.where(length > 9, lead * 10**9 + tail, lead)
 
 
-def _carry_pair(m: int, gen: torch.Generator, cap: int) -> tuple[Tensor, Tensor]:
+def _carry_pair(m: int, gen: torch.Generator, cap: int,
+                patterns: bool = False) -> tuple[Tensor, Tensor]:
     """Uniform pair whose sum has a carry cascade of k+1 >= 1 positions: a pair summing to >= 10
-    at a position g inside both operands, then k (uniform) pairs summing to 9 above it."""
+    at a position g inside both operands, then k (uniform) pairs summing to 9 above it.
+    patterns (MicroAdder's mix): each row is, a third each, a single carry at a random place
+    (k = 0), such a chain of random length, or a chain running to the longer operand's top
+    digit (a carry out of the number)."""
     (la, a), (lb, b) = _uniform(m, gen, cap), _uniform(m, gen, cap)
     da, db, pos = _digits(a, cap), _digits(b, cap), torch.arange(cap, device=gen.device)
     g = _randbelow(torch.minimum(la, lb), gen)
     top = g + _randbelow(torch.maximum(la, lb) - g, gen)
+    if patterns:
+        kind = _randbelow(torch.full_like(g, 3), gen)
+        top = torch.where(kind == 0, g, torch.where(kind == 2, torch.maximum(la, lb) - 1, top))
     span, at_g = (pos > g[:, None]) & (pos <= top[:, None]), pos == g[:, None]  # (m, cap)
     ga = 1 + _randbelow(torch.full_like(g, 9), gen)
     gb = 10 - ga + _randbelow(ga, gen)
@@ -108,13 +115,15 @@ def _draw(m: int, gen: torch.Generator, mode: str, cap: int,
         b = torch.randint(0, hi, (m,), generator=gen, device=gen.device)
         return a, b, op
     a, b = _uniform(m, gen, cap)[1], _uniform(m, gen, cap)[1]
+    pat = mode == "carry_patterns"
+    mode = "carry" if pat else mode
     if mode == "carry" and 0 in op_codes:
-        ca, cb = _carry_pair(m, gen, cap)
+        ca, cb = _carry_pair(m, gen, cap, pat)
         a, b = torch.where(op == 0, ca, a), torch.where(op == 0, cb, b)
     if mode == "carry" and 1 in op_codes and cap >= 2:  # 1-digit sub never borrows
         # x - y borrows exactly where y + (x - y) carries: build that sum, read it backwards
-        y, d = _carry_pair(m, gen, cap)
-        y1, d1 = _carry_pair(m, gen, cap - 1)  # fallback whose sum cannot overflow
+        y, d = _carry_pair(m, gen, cap, pat)
+        y1, d1 = _carry_pair(m, gen, cap - 1, pat)  # fallback whose sum cannot overflow
         over = y + d >= 10**cap
         y, d = torch.where(over, y1, y), torch.where(over, d1, d)
         flip = torch.randint(0, 2, (m,), generator=gen, device=gen.device).bool()

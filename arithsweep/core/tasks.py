@@ -195,15 +195,17 @@ class Task:
         that length. values: operands uniform over 0..10^max_len - 1 (AdderBoard's sampling:
         mostly full-length operands, as verification's random part sees them). carry
         (add/sub/mix; mul falls back to uniform): a carry (borrow) cascade of random length is
-        forced into each problem (see sampling._carry_pair). Rejects are drawn again.
+        forced into each problem (see sampling._carry_pair); carry_patterns mixes a single
+        carry, a chain and a chain out of the top digit. Rejects are drawn again.
 
         train draws with replacement (it is a stream). holdout draws distinct problems, none of
         them in `exclude`, so that n is a sample size a confidence bound may trust; when the
         holdout side (under max_len) has n or fewer such problems, all of them come back."""
         cap = self.n_digits if max_len is None else max_len
-        if mode not in ("uniform", "values", "carry") or split not in ("train", "holdout"):
+        if mode not in ("uniform", "values", "carry", "carry_patterns") \
+                or split not in ("train", "holdout"):
             raise ConfigError(f"bad sampling mode {mode!r} or split {split!r}: expected mode "
-                              f"uniform|values|carry and split train|holdout")
+                              f"uniform|values|carry|carry_patterns and split train|holdout")
         if not 1 <= cap <= self.n_digits:
             raise ConfigError(f"max_len {max_len} out of range for {self.name}: "
                               f"expected 1..{self.n_digits}")

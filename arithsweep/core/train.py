@@ -31,7 +31,7 @@ from arithsweep.core.config import TrainConfig
 from arithsweep.core.errors import ConfigError
 from arithsweep.core.hash_sampling import HASH_MODES, HashSampler
 from arithsweep.core.model import ArithTransformer, ModelConfig
-from arithsweep.core.recipe import carry_share, curriculum_cap, mine_errors
+from arithsweep.core.recipe import carry_mode, carry_share, curriculum_cap, mine_errors
 from arithsweep.core.stats import wilson_lower, z_for
 from arithsweep.core.tasks import Task
 
@@ -167,12 +167,13 @@ class _DataStream:
 
             return enriched_sample(task, n, gen, "train", max_len)
         if cfg.sampling != "mixed":
-            return task.sample(n, gen, cfg.sampling, max_len, split="train")
+            mode = carry_mode(cfg) if cfg.sampling == "carry" else cfg.sampling
+            return task.sample(n, gen, mode, max_len, split="train")
         n_carry = int(round(n * carry_share(cfg, step)))
         n_values = (n - n_carry) // 2
         parts = [task.sample(n - n_carry - n_values, gen, "uniform", max_len, split="train"),
                  task.sample(n_values, gen, "values", max_len, split="train"),
-                 task.sample(n_carry, gen, "carry", max_len, split="train")]
+                 task.sample(n_carry, gen, carry_mode(cfg), max_len, split="train")]
         return tuple(torch.cat([p[i] for p in parts]) for i in range(3))
 
     def _refill(self, step: int) -> None:
