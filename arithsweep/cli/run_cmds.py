@@ -42,6 +42,7 @@ def train(
     sets: list[str] = typer.Option(None, "--set", help=SET_HELP),
     out_dir: Path = typer.Option(None, "--out", "-o", help="checkpoint directory (default runs/<task>-<time>)"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
+    log: Path = typer.Option(None, "--log", help="append one line per evaluation to this file (runs in the background)"),
 ) -> None:
     """Train K seeds of one architecture together; save the best as a checkpoint."""
     import time
@@ -55,7 +56,7 @@ def train(
     from arithsweep.core.api import train_job
 
     dest = out_dir or Path("runs") / f"{t.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    res = train_job(t, m, tc, dest, progress=not as_json)
+    res = train_job(t, m, tc, dest, progress=not as_json, log=log)
     if as_json:
         return print_json(res)
     tab = table(f"{res['task']} · {res['architecture']}", ("seed", "eval exact match", ""))

@@ -46,8 +46,10 @@ def train_job(
     train_cfg: TrainConfig,
     out: str | Path,
     progress: bool = True,
+    log: str | Path | None = None,
 ) -> dict[str, Any]:
     """Train, check the best seed on the full problem set (or a large held-out sample), save.
+    `log`: a file that gets one line per evaluation (step, elapsed, every seed's exact match).
 
     Early stopping is confirmed on that full set: when the held-out evaluation says a seed has
     reached the target, the seed is checked on every problem (or 200k held-out ones) and
@@ -70,6 +72,11 @@ def train_job(
             bar.update(handle, completed=step, total=total)
 
     def on_eval(p: EvalPoint, r: TrainResult) -> bool:
+        if log is not None:
+            with open(log, "a") as f:  # opened per line: a reader sees each one at once
+                f.write(f"step {p.step} {p.elapsed:.0f}s best {p.best_em:.4f} seeds "
+                        f"{' '.join(f'{e:.3f}' for e in p.exact_match)} "
+                        f"loss {min(p.loss):.4f}\n")
         if bar is not None:
             em = " ".join(f"{e:.3f}" for e in p.exact_match)
             bar.update(handle, completed=p.step,
