@@ -146,6 +146,14 @@ def _tricks(cfg: dict[str, Any]) -> list[str]:
         t.append(f"looped x{cfg['n_loops']}")
     if cfg.get("activation") == "swiglu":
         t.append("swiglu")
+    named = {"qk_norm": "QK-norm", "tie_k": "K from Q", "tie_v": "V = Q", "tie_o": "O = Q^T",
+             "n_kv_heads": "grouped K/V heads", "embed": "parametric embedding",
+             "split_positions": "split token/position subspaces", "mlp_down": "tied MLP down",
+             "tie_gate": "gate = a * up", "unembed_head": "unembedding head",
+             "v_from_head": "V = head^T", "qk_from_positions": "Q/K from positions"}
+    off = {None, False, "none", "table", "own", 0}
+    t += [f"{label} ({cfg[k]})" if isinstance(cfg[k], str) else label
+          for k, label in named.items() if cfg.get(k) not in off]
     return t
 
 
