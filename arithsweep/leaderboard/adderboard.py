@@ -151,9 +151,13 @@ def _tricks(cfg: dict[str, Any]) -> list[str]:
              "split_positions": "split token/position subspaces", "mlp_down": "tied MLP down",
              "tie_gate": "gate = a * up", "unembed_head": "unembedding head",
              "v_from_head": "V = head^T", "qk_from_positions": "Q/K from positions"}
-    off = (None, False, "none", "table", "own", cfg.get("n_heads"))  # n_kv_heads = n_heads: none
+    def on(k: str) -> bool:  # equal K/V and query head counts are not grouped
+        v = cfg.get(k)
+        return v not in (None, False, "none", "table", "own") and not (
+            k == "n_kv_heads" and v == cfg.get("n_heads"))
+
     t += [f"{label} ({cfg[k]})" if isinstance(cfg[k], str) else label
-          for k, label in named.items() if cfg.get(k) not in off]
+          for k, label in named.items() if on(k)]
     return t
 
 
