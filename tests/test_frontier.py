@@ -352,3 +352,23 @@ def test_carry_patterns_mix_single_carries_chains_and_carries_out(sampler):
 
     (single0, out0), (single1, out1) = shares("chain"), shares("mixed")
     assert single1 > single0 + 0.03 and out1 > out0 + 0.03
+
+
+def test_a_frontier_export_runs_under_adderboards_protocol(tmp_path):
+    """The exported file imports as AdderBoard's verify.py imports it, its model's unique
+    parameters are the count, and the protocol's problems (edge cases first) run through it."""
+    from arithsweep.core.checkpoint import sha256_file
+    from arithsweep.leaderboard.adderboard import export_adderboard
+    from arithsweep.leaderboard.adderboard_check import EDGE_CASES, check_submission, problems
+
+    cfg = cfg_of(**CASES["record-36"])
+    task = get_task("add10", "pad,revans,revops,delim,zeros")
+    model = ArithTransformer(cfg, k=1, seeds=[7])
+    save_checkpoint(tmp_path / "ck", model, task, 0, TrainConfig())
+    row = {"id": 1, "task": "add10", "params": 36, "checkpoint_path": str(tmp_path / "ck"),
+           "sha256": sha256_file(tmp_path / "ck" / "model.safetensors"),
+           "model_config": cfg.to_dict(), "architecture": cfg.summary()}
+    export_adderboard(row, tmp_path / "sub" / "add10_36.py")
+    res = check_submission(tmp_path / "sub" / "add10_36.py", limit=len(EDGE_CASES) + 2)
+    assert res.total == 12 and res.params == 36 and 0 <= res.correct <= 12
+    assert len(problems()) == 10_010 and problems()[:10] == EDGE_CASES

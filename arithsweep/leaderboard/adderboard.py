@@ -21,7 +21,9 @@ from typing import Any
 from arithsweep import __version__
 from arithsweep.core.errors import ArithsweepError
 
-_IMPORT_OURS = re.compile(r"^from arithsweep(\.\w+)* import .*$|^import arithsweep.*$", re.M)
+# our own imports, one line or a parenthesised list over several ([^)] crosses newlines)
+_IMPORT_OURS = re.compile(r"^from arithsweep(\.\w+)* import (\([^)]*\)|.*)$|^import arithsweep.*$",
+                          re.M)
 _FUTURE = re.compile(r"^from __future__ import annotations\s*$", re.M)
 
 _SUBMISSION = '''
