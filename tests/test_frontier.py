@@ -18,7 +18,7 @@ from arithsweep.core.model import ArithTransformer, ModelConfig, count_params, p
 from arithsweep.core.overrides import build_configs
 from arithsweep.core.population import PackAdamW
 from arithsweep.core.recipe import curriculum_cap, grokfast_on
-from arithsweep.core.tasks import get_task
+from arithsweep.core.tasks import fill_places, get_task
 from arithsweep.core.train import lr_at, train
 
 # tbukic's shared base (reference/frontier-architectures.md): 1 layer, d 3, one head of width 4
@@ -372,3 +372,14 @@ def test_a_frontier_export_runs_under_adderboards_protocol(tmp_path):
     res = check_submission(tmp_path / "sub" / "add10_36.py", limit=len(EDGE_CASES) + 2)
     assert res.total == 12 and res.params == 36 and 0 <= res.correct <= 12
     assert len(problems()) == 10_010 and problems()[:10] == EDGE_CASES
+
+
+def test_places_come_from_the_task_and_must_fit_its_layout():
+    task = get_task("add3", "pad,revans,revops,delim,zeros")
+    assert task.places() == ".012..012.012"
+    assert fill_places(task, {"pos": "digit_index"})["places"] == ".012..012.012"
+    assert fill_places(task, {"pos": "digit_index", "places": ".012B.012A012"})
+    with pytest.raises(ConfigError, match="layout"):
+        fill_places(task, {"pos": "digit_index", "places": "0123456789A" * 2})
+    with pytest.raises(ConfigError, match="nopad"):
+        get_task("add3", "nopad").places()

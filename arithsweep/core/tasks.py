@@ -56,8 +56,17 @@ def task_names_help() -> str:  # for CLI help
 def fill_places(task: Task, model: dict) -> dict:
     """`model` (a ModelConfig dict) with the task's `places` filled in where pos digit_index
     asks for them and none are given: what the task fixes, beside vocab_size and n_ctx."""
-    if model.get("pos") == "digit_index" and model.get("places") is None:
-        return {**model, "places": task.places()}
+    if model.get("pos") != "digit_index":
+        return model
+    want = task.places()
+    given = model.get("places")
+    if given is None:
+        return {**model, "places": want}
+    kind = [c.isdigit() or c.islower() for c in want]  # a digit's place, or a slot
+    if not isinstance(given, str) or [c.isdigit() or c.islower() for c in given[:len(want)]] \
+            != kind:
+        raise ConfigError(f"model config: places={given!r} does not fit {task.name}'s layout "
+                          f"{want!r} (digits where it has digits, slots where it has slots)")
     return model
 
 
