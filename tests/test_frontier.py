@@ -14,11 +14,12 @@ import torch.nn.functional as F
 from arithsweep.core.checkpoint import load_checkpoint, save_checkpoint
 from arithsweep.core.config import TrainConfig
 from arithsweep.core.errors import ConfigError
+from arithsweep.core.formats import fill_places
 from arithsweep.core.model import ArithTransformer, ModelConfig, count_params, param_breakdown
 from arithsweep.core.overrides import build_configs
 from arithsweep.core.population import PackAdamW
 from arithsweep.core.recipe import curriculum_cap, grokfast_on
-from arithsweep.core.tasks import fill_places, get_task
+from arithsweep.core.tasks import get_task
 from arithsweep.core.train import lr_at, train
 
 # tbukic's shared base (reference/frontier-architectures.md): 1 layer, d 3, one head of width 4

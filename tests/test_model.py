@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from arithsweep.core.errors import CheckpointError, ConfigError
+from arithsweep.core.layers import abacus_index
 from arithsweep.core.model import (
     ArithTransformer,
     ModelConfig,
@@ -273,7 +274,7 @@ def test_shared_batch_broadcasts_to_every_member():
 
 def test_abacus_index():
     t = torch.tensor([[[3, 4, 10, 5, 6, 7, 11, 12, 8]]])
-    assert ArithTransformer._abacus_index(t).tolist() == [[[1, 2, 0, 1, 2, 3, 0, 0, 1]]]
+    assert abacus_index(t).tolist() == [[[1, 2, 0, 1, 2, 3, 0, 0, 1]]]
 
 
 def test_causal():

@@ -20,6 +20,12 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar, TypeVar
 
+from arithsweep.core.config_checks import (
+    check_frontier,
+    check_phases,
+    check_stages,
+    frontier_labels,
+)
 from arithsweep.core.errors import ConfigError
 
 C = TypeVar("C", bound="DictConfig")
@@ -187,68 +193,7 @@ class ModelConfig(DictConfig):
         if self.rank:
             need(self.rank < self.d_model, "rank",
                  f"must be below d_model={self.d_model} (0 = full)")
-        self._check_frontier(need)
-
-    def _check_frontier(self, need) -> None:
-        """The frontier options' mutual requirements (each message says what to change)."""
-        for name in ("rank_q", "rank_k", "rank_v", "rank_o", "rank_mlp"):
-            r = getattr(self, name)
-            if r:
-                need(r < self.d_model, name, f"must be below d_model={self.d_model} (0 = full)")
-        if self.n_kv_heads is not None:
-            need(self.n_heads % self.n_kv_heads == 0, "n_kv_heads",
-                 f"must divide n_heads={self.n_heads}")
-        if self.d_embed is not None:
-            need(self.d_embed <= self.d_model, "d_embed",
-                 f"must be at most d_model={self.d_model}")
-        if self.embed == "arc":
-            need(self.tok_dims >= 2, "embed", "arc needs a token part at least 2 wide")
-        if self.split_positions:
-            need(self.tok_dims < self.d_model, "split_positions",
-                 "needs d_embed < d_model (the dims after d_embed hold the positions)")
-            need(self.pos in ("learned", "sinusoidal", "abacus", "digit_index"),
-                 "split_positions", "needs additive positions (learned, sinusoidal, abacus, "
-                 "digit_index)")
-        if self.v_from_tokens:
-            need(not (self.tie_kv or self.tie_v), "v_from_tokens",
-                 "V reads the token part only, so it cannot be tied to K or Q")
-        if self.tie_k == "rotated":
-            need(self.qk_head % 2 == 0, "tie_k", f"rotated needs an even d_head "
-                 f"(got {self.qk_head})")
-        if self.tie_k != "none":
-            need(not self.tie_kv, "tie_k", "K from Q and K = V together: use tie_v instead")
-            need(self.kv_heads == self.n_heads, "tie_k", "K from Q needs n_kv_heads == n_heads")
-        if self.tie_v:
-            need(self.qk_head == self.v_head and self.kv_heads == self.n_heads, "tie_v",
-                 "V = Q needs d_vhead == d_head and n_kv_heads == n_heads")
-            need(not self.tie_kv, "tie_v", "V = Q and K = V together: use tie_k: q")
-        if self.tie_o:
-            need(self.qk_head == self.v_head, "tie_o", "O = Q^T needs d_vhead == d_head")
-        if self.mlp_down != "own":
-            need(self.d_ff > 0, "mlp_down", "needs an MLP (d_ff > 0)")
-        if self.mlp_down == "head":
-            need(self.unembed_head and self.d_ff == self.tok_dims, "mlp_down",
-                 "head needs unembed_head and d_ff == d_embed (down = P^T)")
-        if self.unembed_head:
-            need(self.tie_embeddings and not self.unembed_bias, "unembed_head",
-                 "needs tie_embeddings (the head projects onto the token table) and no bias")
-        if self.v_from_head:
-            need(self.v_from_tokens and self.unembed_head and self.kv_heads * self.v_head
-                 == self.d_model, "v_from_head",
-                 "needs v_from_tokens, unembed_head and n_kv_heads * d_vhead == d_model")
-        if self.qk_from_positions:
-            need(self.split_positions, "qk_from_positions", "needs split_positions")
-            need(not (self.tie_o or self.tie_v or self.tie_kv), "qk_from_positions",
-                 "Q reads the position part only, so O, V and K = V cannot be tied to it")
-        if self.pos == "digit_index":
-            need(isinstance(self.places, str) and len(self.places) >= self.n_ctx
-                 and all(c == "." or c.isalnum() and c.isascii() for c in self.places),
-                 "places", f"digit_index needs a place per position (at least n_ctx="
-                           f"{self.n_ctx} chars of 0-9 a-z . A-Z)")
-        if self.mlp_down == "up_t_rot":
-            need(self.d_ff % 2 == 0, "mlp_down", f"up_t_rot needs an even d_ff (got {self.d_ff})")
-        if self.tie_gate:
-            need(self.activation == "swiglu", "tie_gate", "needs activation swiglu")
+        check_frontier(self, need)
 
     @property
     def kv_heads(self) -> int:
@@ -291,37 +236,9 @@ class ModelConfig(DictConfig):
             parts.append(f"r{self.rank}")
         if self.tie_kv:
             parts.append("k=v")
-        parts += self._frontier_labels()
+        parts += frontier_labels(self)
         return " ".join(parts)
 
-    def _frontier_labels(self) -> list[str]:
-        out = []
-        if self.n_kv_heads is not None and self.n_kv_heads != self.n_heads:
-            out.append(f"kv{self.n_kv_heads}")
-        if self.qk_norm != "none":
-            out.append(f"qkn-{self.qk_norm}")
-        if self.pos == "rope" and self.rope_pairs != "split":
-            out.append("rope-il")
-        if self.tie_k != "none":
-            out.append({"q": "k=q", "scaled": "k=aq", "rotated": "k=rot(q)"}[self.tie_k])
-        out += [lab for on, lab in ((self.tie_v, "v=q"), (self.tie_o, "o=qT"),
-                                    (self.split_positions, "split-pos"),
-                                    (self.v_from_tokens, "v<-tok"), (self.tie_gate, "gate=a*up"))
-                if on]
-        ranks = [f"{p}{self.rank_of(p)}" for p in ("q", "k", "v", "o", "mlp")
-                 if getattr(self, f"rank_{p}") is not None]
-        if ranks:
-            out.append("r:" + ",".join(ranks))
-        if self.embed != "table":
-            out.append(f"emb-{self.embed}")
-        if self.d_embed is not None and self.d_embed != self.d_model:
-            out.append(f"de{self.d_embed}")
-        if self.mlp_down != "own":
-            out.append(f"down={self.mlp_down}")
-        out += [lab for on, lab in ((self.qk_from_positions, "qk<-pos"),
-                                    (self.unembed_head, "head"), (self.v_from_head, "v=headT"))
-                if on]
-        return out
 
 SAMPLINGS = ("uniform", "values", "carry", "mixed", "enriched")
 SAMPLERS = ("hash", "stream")
@@ -452,7 +369,7 @@ class TrainConfig(DictConfig):
         need(self.weight_decay_scope in ("matrices", "all"), "weight_decay_scope",
              "must be matrices or all")
         if self.curriculum is not None:
-            self.curriculum = _stages(self.curriculum)
+            self.curriculum = check_stages(self.curriculum)
         need(self.sampler in SAMPLERS, "sampler", f"must be one of {', '.join(SAMPLERS)}")
         need(0 <= self.carry_frac <= 1, "carry_frac", "must be in [0, 1]")
         need(0 < self.target <= 1, "target", "must be in (0, 1]")
@@ -460,7 +377,7 @@ class TrainConfig(DictConfig):
         need(isinstance(self.device, str) and (self.device in ("auto", "cpu")
              or self.device.startswith("cuda")), "device", "must be auto, cpu, cuda or cuda:N")
         if self.phases is not None:
-            self.phases = _phases(self.phases)
+            self.phases = check_phases(self.phases)
         whole("lbfgs_steps", 0)
         whole("lbfgs_pool", 1)
 
@@ -472,51 +389,3 @@ class TrainConfig(DictConfig):
     @property
     def grokfast_phased(self) -> bool:  # the filter only in the phases that ask for it
         return any(p["grokfast"] for p in self.phases or ())
-
-
-def _stages(value: Any) -> list[list[int]]:
-    """Validate a curriculum [[until_step, max_digits], ...]: whole numbers, steps rising."""
-    bad = ConfigError(f"train config: curriculum={value!r}: must be a list of [until_step, "
-                      f"max_digits] pairs of whole numbers >= 1 with rising steps, e.g. "
-                      f"[[2000, 3], [7000, 6]]")
-    if not isinstance(value, (list, tuple)) or not value:
-        raise bad
-    out: list[list[int]] = []
-    for pair in value:
-        if (not isinstance(pair, (list, tuple)) or len(pair) != 2
-                or any(not isinstance(x, int) or isinstance(x, bool) or x < 1 for x in pair)
-                or (out and pair[0] <= out[-1][0])):
-            raise bad
-        out.append([int(pair[0]), int(pair[1])])
-    return out
-
-
-_PHASE_KEYS = {"steps": int, "lr": float, "schedule": str, "min_lr_ratio": float,
-               "grokfast": bool}
-
-
-def _phases(value: Any) -> list[dict[str, Any]]:
-    """Validate the phases list; fill each phase's defaults (constant lr, no filter)."""
-    def bad(why: str) -> ConfigError:
-        return ConfigError(f"train config: phases={value!r}: {why}; e.g. [{{steps: 20000, "
-                           f"lr: 1.0e-3, schedule: cosine, grokfast: true}}]")
-
-    if not isinstance(value, (list, tuple)):
-        raise bad("must be a list of phases")
-    out = []
-    for ph in value:
-        if not isinstance(ph, dict) or set(ph) - set(_PHASE_KEYS) or not {"steps", "lr"} <= set(ph):
-            raise bad(f"each phase is a mapping of steps, lr and optionally schedule, "
-                      f"min_lr_ratio, grokfast (got {ph!r})")
-        p = {"schedule": "constant", "min_lr_ratio": 0.1, "grokfast": False, **ph}
-        steps, lr, ratio = p["steps"], p["lr"], p["min_lr_ratio"]
-        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
-            raise bad("a phase's steps must be a whole number >= 1")
-        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < math.inf:
-            raise bad("a phase's lr must be a number > 0")
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio <= 1:
-            raise bad("a phase's min_lr_ratio must be in [0, 1]")
-        if p["schedule"] not in ("constant", "cosine") or not isinstance(p["grokfast"], bool):
-            raise bad("schedule is constant or cosine, grokfast true or false")
-        out.append({**p, "lr": float(lr), "min_lr_ratio": float(ratio)})
-    return out

@@ -63,3 +63,44 @@ def parse_format(s: str | Format | None) -> Format:
         if chosen.setdefault(key, value) != value:
             raise ConfigError(f"format {s!r} sets {key} both ways: pick one of {_FORMAT_HELP}")
     return Format(**chosen)
+
+
+_PLACE_CHARS = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def layout_places(fmt: Format, n_digits: int, answer_digits: int, signed: bool,
+                  op_token: bool, n_ctx: int) -> str:
+    """Each input position's digit place, for `pos: digit_index`: 0-9 a-z the place of a digit
+    inside its number (0 = least significant), '.' a slot (delimiter, operator, sign). Only
+    fixed layouts (pad) have one; the first n_ctx positions (the model's inputs)."""
+    if not fmt.pad:
+        raise ConfigError(f"pos digit_index needs a fixed layout: format {fmt.name} has "
+                          f"nopad; use pad")
+
+    def number(width: int, lsd_first: bool) -> str:
+        s = _PLACE_CHARS[:width]
+        return s if lsd_first else s[::-1]
+
+    a = number(n_digits, fmt.reverse_operands)
+    zeros = fmt.zero_delimiters
+    mid = ".." if zeros else "." if fmt.delimiters or op_token else ""
+    prompt = ("." if zeros else "") + a + mid + a + ("." if fmt.delimiters else "")
+    answer = "." * int(signed) + number(answer_digits, fmt.reverse_answer)
+    return (prompt + answer)[:n_ctx]
+
+
+def fill_places(task, model: dict) -> dict:
+    """`model` (a ModelConfig dict) with the task's `places` filled in where pos digit_index
+    asks for them and none are given: what the task fixes, beside vocab_size and n_ctx."""
+    if model.get("pos") != "digit_index":
+        return model
+    want = task.places()
+    given = model.get("places")
+    if given is None:
+        return {**model, "places": want}
+    kind = [c.isdigit() or c.islower() for c in want]  # a digit's place, or a slot
+    if not isinstance(given, str) or [c.isdigit() or c.islower() for c in given[:len(want)]] \
+            != kind:
+        raise ConfigError(f"model config: places={given!r} does not fit {task.name}'s layout "
+                          f"{want!r} (digits where it has digits, slots where it has slots)")
+    return model

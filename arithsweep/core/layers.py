@@ -135,3 +135,33 @@ class _Norm(nn.Module):
 
 def _normed(norm: _Norm | None, x: Tensor, wt: Tensor, b: Tensor | None) -> Tensor:
     return _project(x, wt, b) if norm is None else norm.project(x, wt, b)
+
+
+def qk_normed(x: Tensor, w: Tensor, k: int) -> Tensor:
+    """QK-norm (Qwen3): RMSNorm of each query/key head over its width, before RoPE.
+    x (K*B*H, w, T), weight w (K, w) -> the same shape."""
+    qk, T = x.shape[1], x.shape[2]
+    y = x * torch.rsqrt(x.square().mean(1, keepdim=True) + _EPS)
+    return (y.view(k, -1, qk, T) * w.view(k, 1, qk, 1)).view_as(x)
+
+
+def rope(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
+    """Rotary positions on x (N, w, T) with tables (w/2, >= T): coordinate pairs (i, i + w/2)
+    (rotate-half) or, interleaved, (2i, 2i+1)."""
+    T, half = x.shape[-1], x.shape[1] // 2
+    c, s = cos[:, :T], sin[:, :T]  # (half, T)
+    if interleaved:
+        x1, x2 = x.view(-1, half, 2, T).unbind(2)
+        return torch.stack([x1 * c - x2 * s, x2 * c + x1 * s], dim=2).view_as(x)
+    x1, x2 = x[:, :half], x[:, half:]
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=1)
+
+
+def abacus_index(tokens: Tensor, n_digits: int = 10) -> Tensor:  # (K, B, T) -> (K, B, T)
+    """1-based position of each digit (token id < n_digits) within its run of consecutive
+    digits; 0 elsewhere (abacus positions, McLeish et al. 2024)."""
+    digit = (tokens < n_digits).long()
+    seen = digit.cumsum(-1)  # digits so far, inclusive
+    # digits counted up to the latest non-digit (seen is non-decreasing, so cummax finds it)
+    before = torch.where(digit.bool(), 0, seen).cummax(-1).values
+    return seen - before  # non-digit: seen == before -> 0

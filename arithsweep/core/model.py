@@ -26,7 +26,16 @@ from torch import Tensor, nn
 
 from arithsweep.core.config import ACTIVATIONS, NORMS, POSITIONS, ModelConfig
 from arithsweep.core.errors import CheckpointError
-from arithsweep.core.layers import _EPS, _lookup, _Norm, _normed, _table, attend
+from arithsweep.core.layers import (
+    _lookup,
+    _Norm,
+    _normed,
+    _table,
+    abacus_index,
+    attend,
+    qk_normed,
+    rope,
+)
 from arithsweep.core.weights import (
     attn_biases,
     attn_weights,
@@ -37,6 +46,8 @@ from arithsweep.core.weights import (
     mlp_weights,
     o_bias,
     place_pattern,
+    place_rows,
+    pos_part,
     token_table,
 )
 
@@ -182,13 +193,13 @@ class ArithTransformer(nn.Module):
         emb = token_table(self.embed, cfg)  # (K, V, d)
         x0 = _lookup(emb, tokens.reshape(K, B * T)).view(K, d, B, T)
         if cfg.pos == "learned":
-            x0 = x0 + self._pos_part(self.pos.weight[:, :T]).transpose(1, 2).unsqueeze(2)
+            x0 = x0 + pos_part(self.pos.weight[:, :T], d).transpose(1, 2).unsqueeze(2)
         elif cfg.pos == "sinusoidal":
             x0 = x0 + self.sinusoid[:, None, :T]  # (d, 1, T)
         elif cfg.pos == "digit_index":
-            x0 = x0 + self._places(T).transpose(1, 2).unsqueeze(2)  # (K, d, 1, T)
+            x0 = x0 + place_rows(self, T).transpose(1, 2).unsqueeze(2)  # (K, d, 1, T)
         elif cfg.pos == "abacus":
-            idx = self._abacus_index(tokens)  # (K, B, T)
+            idx = abacus_index(tokens)  # (K, B, T)
             if abacus_offset is None and cfg.abacus_offset and self.training:
                 abacus_offset = self._offsets(K, B, tokens.device)
             if abacus_offset is not None:
@@ -198,7 +209,7 @@ class ArithTransformer(nn.Module):
                 # (index minus '=''s index); with '=' at 0 it stops right and misses that digit
                 idx = idx + abacus_offset.view(K, B, 1) * (idx > 0)
             idx = idx.clamp_(max=cfg.abacus_max - 1).view(K, B * T)
-            x0 = x0 + _lookup(self._pos_part(self.abacus.weight), idx).view(K, d, B, T)
+            x0 = x0 + _lookup(pos_part(self.abacus.weight, d), idx).view(K, d, B, T)
         x0 = x0.reshape(K, d, B * T)
         x = x0
         if (cap := self._capture) is not None:  # inspection only: norms (K, B, T)
@@ -228,18 +239,6 @@ class ArithTransformer(nn.Module):
         logits = _normed(last if cfg.final_norm else None, x, wt, b)  # (K, V, B*T)
         return logits.transpose(1, 2).reshape(K, B, T, V)  # one copy into the caller's layout
 
-    def _places(self, T: int) -> Tensor:  # -> (K, T, d): digit_index positions
-        pe = self.place_fixed[:T].expand(self.k, -1, -1)  # (K, T, d_pos)
-        slot = self.place_slot[:T]
-        if getattr(self, "slots", None) is not None and bool((slot >= 0).any()):
-            rows = self.slots.weight[:, slot.clamp(min=0)]  # (K, T, d_pos)
-            pe = pe + rows * (slot >= 0).view(1, -1, 1)
-        return self._pos_part(pe)
-
-    def _pos_part(self, table: Tensor) -> Tensor:  # (K, R, d_pos) -> (K, R, d)
-        """A position table placed on the position part of the stream (its last dims)."""
-        return F.pad(table, (self.cfg.d_model - table.shape[2], 0))
-
     @contextlib.contextmanager
     def capturing(self) -> Iterator[dict[str, list[Tensor]]]:
         """`with model.capturing() as cap: model(tokens)` records, for `arithsweep inspect`,
@@ -263,15 +262,6 @@ class ArithTransformer(nn.Module):
         hi = self.cfg.abacus_offset + 1
         k = torch.stack([torch.randint(0, hi, (B,), generator=g) for g in self._offset_gens])
         return k.to(device)
-
-    @staticmethod
-    def _abacus_index(tokens: Tensor) -> Tensor:  # (K, B, T) -> (K, B, T)
-        """1-based position of each digit within its run of consecutive digits; 0 elsewhere."""
-        digit = (tokens < N_DIGITS).long()
-        seen = digit.cumsum(-1)  # digits so far, inclusive
-        # digits counted up to the latest non-digit (seen is non-decreasing, so cummax finds it)
-        before = torch.where(digit.bool(), 0, seen).cummax(-1).values
-        return seen - before  # non-digit: seen == before -> 0
 
     def _block(self, blk: _Block, x: Tensor, B: int, T: int, q_from: int = 0) -> Tensor:
         """x (K, d, B*T) -> (K, d, B*(T - q_from)): keys and values from every position,
@@ -300,9 +290,10 @@ class ArithTransformer(nn.Module):
         v = k if cfg.tie_kv else heads(parts[2], vh, Hkv)
         if cfg.qk_norm != "none":
             wqn, wkn = (a.q_norm, a.k_norm) if cfg.qk_norm == "head" else (a.qk_norm,) * 2
-            q, k = self._qk_norm(q, wqn), self._qk_norm(k, wkn)
+            q, k = qk_normed(q, wqn, K), qk_normed(k, wkn, K)
         if cfg.pos == "rope":
-            q, k = self._rope(q), self._rope(k)
+            il = cfg.rope_pairs == "interleaved"
+            q, k = (rope(t, self.rope_cos, self.rope_sin, il) for t in (q, k))
         Tq = T - q_from
         if q_from:
             q = q[..., q_from:]  # (K*B*H, qk, Tq)
@@ -336,21 +327,6 @@ class ArithTransformer(nn.Module):
         x = torch.baddbmm(x, wd, h)
         down = getattr(m, "down", None)
         return x if down is None or down.bias is None else x + down.bias.unsqueeze(2)
-
-    def _qk_norm(self, x: Tensor, w: Tensor) -> Tensor:  # (K*B*H, qk, T), w (K, qk)
-        """QK-norm: RMSNorm of each query/key head over its width, before RoPE (Qwen3)."""
-        K, qk, T = self.k, x.shape[1], x.shape[2]
-        y = x * torch.rsqrt(x.square().mean(1, keepdim=True) + _EPS)
-        return (y.view(K, -1, qk, T) * w.view(K, 1, qk, 1)).view_as(x)
-
-    def _rope(self, x: Tensor) -> Tensor:  # (N, qk, T): pairs (i, i+half) or (2i, 2i+1)
-        T, half = x.shape[-1], x.shape[1] // 2
-        c, s = self.rope_cos[:, :T], self.rope_sin[:, :T]  # (half, T)
-        if self.cfg.rope_pairs == "interleaved":
-            x1, x2 = x.view(-1, half, 2, T).unbind(2)
-            return torch.stack([x1 * c - x2 * s, x2 * c + x1 * s], dim=2).view_as(x)
-        x1, x2 = x[:, :half], x[:, half:]
-        return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=1)
 
     # ---------------------------------------------------------------------------- members
     def member_state(self, i: int) -> dict[str, Tensor]:

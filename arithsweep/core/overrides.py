@@ -94,7 +94,8 @@ def build_configs(
 ):
     """-> (Task, ModelConfig, TrainConfig), validated; the file's values, then the overrides."""
     from arithsweep.core.config import ModelConfig
-    from arithsweep.core.tasks import fill_places, get_task
+    from arithsweep.core.formats import fill_places
+    from arithsweep.core.tasks import get_task
 
     doc = read_config_file(config_file) if config_file else {}
     name = task_name or doc.get("task")

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from arithsweep.core.errors import ConfigError
-from arithsweep.core.formats import _FORMAT_HELP, Format, parse_format
+from arithsweep.core.formats import _FORMAT_HELP, Format, layout_places, parse_format
 from arithsweep.core.sampling import _cascade, _digits, _distinct, _draw, _holdout, _num_digits
 
 OPS = ("add", "sub", "mix", "mul")
@@ -45,29 +45,11 @@ _LIST_MAX = 4 * 10**6  # problems under a length cap that holdout sampling may e
 _TASK_HELP = ("add<N>, sub<N>, mix<N> (N = 1..18) or mul<N> (N = 1..9), e.g. add10; "
               "or sort<N> (N = 2..9)")
 _DERIVED = {"init": False, "repr": False, "compare": False}
-_PLACE_CHARS = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 
 def task_names_help() -> str:  # for CLI help
     return (f"tasks: {_TASK_HELP}; formats: comma list of {_FORMAT_HELP} "
             f"(default {Format().name}; nopad needs delim)")
-
-
-def fill_places(task: Task, model: dict) -> dict:
-    """`model` (a ModelConfig dict) with the task's `places` filled in where pos digit_index
-    asks for them and none are given: what the task fixes, beside vocab_size and n_ctx."""
-    if model.get("pos") != "digit_index":
-        return model
-    want = task.places()
-    given = model.get("places")
-    if given is None:
-        return {**model, "places": want}
-    kind = [c.isdigit() or c.islower() for c in want]  # a digit's place, or a slot
-    if not isinstance(given, str) or [c.isdigit() or c.islower() for c in given[:len(want)]] \
-            != kind:
-        raise ConfigError(f"model config: places={given!r} does not fit {task.name}'s layout "
-                          f"{want!r} (digits where it has digits, slots where it has slots)")
-    return model
 
 
 def get_task(name: str, fmt: Format | str | None = None) -> Task:
@@ -345,23 +327,9 @@ class Task:
         return [row[:end] for row, end in zip(tokens.tolist(), prompt_end.tolist(), strict=True)]
 
     def places(self) -> str:
-        """Each input position's digit place for `pos: digit_index` (0-9 a-z the place inside
-        its number, '.' a slot: delimiter or sign); only fixed layouts (pad) have one."""
-        if not self.fmt.pad:
-            raise ConfigError(f"pos digit_index needs a fixed layout: format "
-                              f"{self.fmt.name} has nopad; use pad")
-        n, f = self.n_digits, self.fmt
-
-        def number(width: int, lsd_first: bool) -> str:
-            s = "".join(_PLACE_CHARS[i] for i in range(width))
-            return s if lsd_first else s[::-1]
-
-        a = number(n, f.reverse_operands)
-        mid = ".." if f.zero_delimiters else "." if f.delimiters or self.op == "mix" else ""
-        prompt = ("." if f.zero_delimiters else "") + a + mid + a \
-            + ("." if f.delimiters else "")
-        answer = "." * int(self.signed) + number(self.n_answer_digits, f.reverse_answer)
-        return (prompt + answer)[:self.n_ctx]
+        """Each input position's digit place for `pos: digit_index` (formats.layout_places)."""
+        return layout_places(self.fmt, self.n_digits, self.n_answer_digits, self.signed,
+                             self.op == "mix", self.n_ctx)
 
     def show_answer(self, answer: int | None) -> int | str | None:
         """An answer as people read it (sorting overrides this with labels)."""

@@ -223,3 +223,18 @@ def place_pattern(places: str, width: int) -> tuple[Tensor, Tensor, int]:
             if width % 2:
                 fixed[t, -1] = i / 10
     return fixed.float(), slot, len(letters)
+
+
+def pos_part(table: Tensor, d: int) -> Tensor:  # (K, R, d_pos) -> (K, R, d)
+    """A position table placed on the position part of the stream (its last dims)."""
+    return nn.functional.pad(table, (d - table.shape[2], 0))
+
+
+def place_rows(model: nn.Module, T: int) -> Tensor:  # -> (K, T, d): digit_index positions
+    """The fixed place pattern of the first T positions plus their learned slot rows."""
+    pe = model.place_fixed[:T].expand(model.k, -1, -1)  # (K, T, d_pos)
+    slot = model.place_slot[:T]
+    if getattr(model, "slots", None) is not None and bool((slot >= 0).any()):
+        rows = model.slots.weight[:, slot.clamp(min=0)]  # (K, T, d_pos)
+        pe = pe + rows * (slot >= 0).view(1, -1, 1)
+    return pos_part(pe, model.cfg.d_model)

@@ -85,7 +85,17 @@ def _module_source(mod: Any) -> str:
 
 def submission_source(row: dict[str, Any], weights_dir: str, author: str = "arithsweep") -> str:
     """The text of the submission file for a leaderboard row (an addition task)."""
-    from arithsweep.core import config, errors, formats, layers, model, sampling, tasks, weights
+    from arithsweep.core import (
+        config,
+        config_checks,
+        errors,
+        formats,
+        layers,
+        model,
+        sampling,
+        tasks,
+        weights,
+    )
 
     metadata = {
         "name": f"arithsweep {row['task']} #{row['id']}",
@@ -115,6 +125,7 @@ def submission_source(row: dict[str, Any], weights_dir: str, author: str = "arit
     parts = [header, "# ---------------------------------------------------------------- errors",
              _module_source(errors),
              "# ---------------------------------------------------------------- configs",
+             _module_source(config_checks),
              _module_source(config),
              "# ---------------------------------------------------------------- sampling",
              _module_source(sampling),

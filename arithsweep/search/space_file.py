@@ -120,9 +120,7 @@ class SpaceFile:
                 section_class(section)(**dict(cfg.get(section, {})))
             if vocab_size is not None and n_ctx is not None:
                 from arithsweep.core.config import ModelConfig
-                model = dict(cfg.get("model", {}))
-                if model.get("pos") == "digit_index":  # the task fills places; any will do here
-                    model.setdefault("places", "0" * n_ctx)
+                model = {"places": "0" * n_ctx, **cfg.get("model", {})}  # the task's, in a trial
                 ModelConfig(vocab_size=vocab_size, n_ctx=n_ctx, **model)
         except ConfigError as e:
             raise ConfigError(f"search space {self.name}: sample is invalid: {e}") from None

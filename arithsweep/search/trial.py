@@ -53,9 +53,9 @@ def build_trial(config: dict[str, Any]) -> TrialSetup:
     seeds (a block of its own per Optuna trial unless the space fixes train.seed).
     """
     from arithsweep.core.config import TrainConfig
-    from arithsweep.core.formats import Format
+    from arithsweep.core.formats import Format, fill_places
     from arithsweep.core.model import ModelConfig, count_params
-    from arithsweep.core.tasks import fill_places, get_task
+    from arithsweep.core.tasks import get_task
 
     model, train, fmt, const = trial_sections(config)
     task = get_task(const["task"], Format(**fmt))

@@ -1,0 +1,157 @@
+"""The checks and labels of `ModelConfig`'s frontier options and `TrainConfig`'s list fields.
+
+Kept beside `arithsweep.core.config` (which calls them from its `__post_init__`s and
+`summary`) so that the dataclasses read as their fields and defaults; torch-free like it.
+
+    python -c "from arithsweep.core.config_checks import check_stages; \
+        print(check_stages([[2000, 3], [7000, 6]]))"
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from arithsweep.core.errors import ConfigError
+
+
+def check_frontier(cfg, need) -> None:
+    """The frontier options' mutual requirements, for ModelConfig.__post_init__ (`cfg` is the
+    config, `need(ok, field, why)` its error helper): each message says what to change."""
+    for name in ("rank_q", "rank_k", "rank_v", "rank_o", "rank_mlp"):
+        r = getattr(cfg, name)
+        if r:
+            need(r < cfg.d_model, name, f"must be below d_model={cfg.d_model} (0 = full)")
+    if cfg.n_kv_heads is not None:
+        need(cfg.n_heads % cfg.n_kv_heads == 0, "n_kv_heads",
+             f"must divide n_heads={cfg.n_heads}")
+    if cfg.d_embed is not None:
+        need(cfg.d_embed <= cfg.d_model, "d_embed",
+             f"must be at most d_model={cfg.d_model}")
+    if cfg.embed == "arc":
+        need(cfg.tok_dims >= 2, "embed", "arc needs a token part at least 2 wide")
+    if cfg.split_positions:
+        need(cfg.tok_dims < cfg.d_model, "split_positions",
+             "needs d_embed < d_model (the dims after d_embed hold the positions)")
+        need(cfg.pos in ("learned", "sinusoidal", "abacus", "digit_index"),
+             "split_positions", "needs additive positions (learned, sinusoidal, abacus, "
+             "digit_index)")
+    if cfg.v_from_tokens:
+        need(not (cfg.tie_kv or cfg.tie_v), "v_from_tokens",
+             "V reads the token part only, so it cannot be tied to K or Q")
+    if cfg.tie_k == "rotated":
+        need(cfg.qk_head % 2 == 0, "tie_k", f"rotated needs an even d_head "
+             f"(got {cfg.qk_head})")
+    if cfg.tie_k != "none":
+        need(not cfg.tie_kv, "tie_k", "K from Q and K = V together: use tie_v instead")
+        need(cfg.kv_heads == cfg.n_heads, "tie_k", "K from Q needs n_kv_heads == n_heads")
+    if cfg.tie_v:
+        need(cfg.qk_head == cfg.v_head and cfg.kv_heads == cfg.n_heads, "tie_v",
+             "V = Q needs d_vhead == d_head and n_kv_heads == n_heads")
+        need(not cfg.tie_kv, "tie_v", "V = Q and K = V together: use tie_k: q")
+    if cfg.tie_o:
+        need(cfg.qk_head == cfg.v_head, "tie_o", "O = Q^T needs d_vhead == d_head")
+    if cfg.mlp_down != "own":
+        need(cfg.d_ff > 0, "mlp_down", "needs an MLP (d_ff > 0)")
+    if cfg.mlp_down == "head":
+        need(cfg.unembed_head and cfg.d_ff == cfg.tok_dims, "mlp_down",
+             "head needs unembed_head and d_ff == d_embed (down = P^T)")
+    if cfg.unembed_head:
+        need(cfg.tie_embeddings and not cfg.unembed_bias, "unembed_head",
+             "needs tie_embeddings (the head projects onto the token table) and no bias")
+    if cfg.v_from_head:
+        need(cfg.v_from_tokens and cfg.unembed_head and cfg.kv_heads * cfg.v_head
+             == cfg.d_model, "v_from_head",
+             "needs v_from_tokens, unembed_head and n_kv_heads * d_vhead == d_model")
+    if cfg.qk_from_positions:
+        need(cfg.split_positions, "qk_from_positions", "needs split_positions")
+        need(not (cfg.tie_o or cfg.tie_v or cfg.tie_kv), "qk_from_positions",
+             "Q reads the position part only, so O, V and K = V cannot be tied to it")
+    if cfg.pos == "digit_index":
+        need(isinstance(cfg.places, str) and len(cfg.places) >= cfg.n_ctx
+             and all(c == "." or c.isalnum() and c.isascii() for c in cfg.places),
+             "places", f"digit_index needs a place per position (at least n_ctx="
+                       f"{cfg.n_ctx} chars of 0-9 a-z . A-Z)")
+    if cfg.mlp_down == "up_t_rot":
+        need(cfg.d_ff % 2 == 0, "mlp_down", f"up_t_rot needs an even d_ff (got {cfg.d_ff})")
+    if cfg.tie_gate:
+        need(cfg.activation == "swiglu", "tie_gate", "needs activation swiglu")
+
+
+def frontier_labels(cfg) -> list[str]:
+    """The frontier options' part of ModelConfig.summary() (`cfg` is the config)."""
+    out = []
+    if cfg.n_kv_heads is not None and cfg.n_kv_heads != cfg.n_heads:
+        out.append(f"kv{cfg.n_kv_heads}")
+    if cfg.qk_norm != "none":
+        out.append(f"qkn-{cfg.qk_norm}")
+    if cfg.pos == "rope" and cfg.rope_pairs != "split":
+        out.append("rope-il")
+    if cfg.tie_k != "none":
+        out.append({"q": "k=q", "scaled": "k=aq", "rotated": "k=rot(q)"}[cfg.tie_k])
+    out += [lab for on, lab in ((cfg.tie_v, "v=q"), (cfg.tie_o, "o=qT"),
+                                (cfg.split_positions, "split-pos"),
+                                (cfg.v_from_tokens, "v<-tok"), (cfg.tie_gate, "gate=a*up"))
+            if on]
+    ranks = [f"{p}{cfg.rank_of(p)}" for p in ("q", "k", "v", "o", "mlp")
+             if getattr(cfg, f"rank_{p}") is not None]
+    if ranks:
+        out.append("r:" + ",".join(ranks))
+    if cfg.embed != "table":
+        out.append(f"emb-{cfg.embed}")
+    if cfg.d_embed is not None and cfg.d_embed != cfg.d_model:
+        out.append(f"de{cfg.d_embed}")
+    if cfg.mlp_down != "own":
+        out.append(f"down={cfg.mlp_down}")
+    out += [lab for on, lab in ((cfg.qk_from_positions, "qk<-pos"),
+                                (cfg.unembed_head, "head"), (cfg.v_from_head, "v=headT"))
+            if on]
+    return out
+
+
+def check_stages(value: Any) -> list[list[int]]:
+    """Validate a curriculum [[until_step, max_digits], ...]: whole numbers, steps rising."""
+    bad = ConfigError(f"train config: curriculum={value!r}: must be a list of [until_step, "
+                      f"max_digits] pairs of whole numbers >= 1 with rising steps, e.g. "
+                      f"[[2000, 3], [7000, 6]]")
+    if not isinstance(value, (list, tuple)) or not value:
+        raise bad
+    out: list[list[int]] = []
+    for pair in value:
+        if (not isinstance(pair, (list, tuple)) or len(pair) != 2
+                or any(not isinstance(x, int) or isinstance(x, bool) or x < 1 for x in pair)
+                or (out and pair[0] <= out[-1][0])):
+            raise bad
+        out.append([int(pair[0]), int(pair[1])])
+    return out
+
+
+_PHASE_KEYS = {"steps": int, "lr": float, "schedule": str, "min_lr_ratio": float,
+               "grokfast": bool}
+
+
+def check_phases(value: Any) -> list[dict[str, Any]]:
+    """Validate the phases list; fill each phase's defaults (constant lr, no filter)."""
+    def bad(why: str) -> ConfigError:
+        return ConfigError(f"train config: phases={value!r}: {why}; e.g. [{{steps: 20000, "
+                           f"lr: 1.0e-3, schedule: cosine, grokfast: true}}]")
+
+    if not isinstance(value, (list, tuple)):
+        raise bad("must be a list of phases")
+    out = []
+    for ph in value:
+        if not isinstance(ph, dict) or set(ph) - set(_PHASE_KEYS) or not {"steps", "lr"} <= set(ph):
+            raise bad(f"each phase is a mapping of steps, lr and optionally schedule, "
+                      f"min_lr_ratio, grokfast (got {ph!r})")
+        p = {"schedule": "constant", "min_lr_ratio": 0.1, "grokfast": False, **ph}
+        steps, lr, ratio = p["steps"], p["lr"], p["min_lr_ratio"]
+        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+            raise bad("a phase's steps must be a whole number >= 1")
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < math.inf:
+            raise bad("a phase's lr must be a number > 0")
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio <= 1:
+            raise bad("a phase's min_lr_ratio must be in [0, 1]")
+        if p["schedule"] not in ("constant", "cosine") or not isinstance(p["grokfast"], bool):
+            raise bad("schedule is constant or cosine, grokfast true or false")
+        out.append({**p, "lr": float(lr), "min_lr_ratio": float(ratio)})
+    return out
