@@ -55,10 +55,27 @@ def test_limit_keeps_the_boldest_first_then_a_spread():
 
 def test_nothing_smaller_gives_no_moves():
     space, sizer = parse_space(SPACE), ProposalSizer({"task": "add3"})
+    point = {"model.d_model": 3, "model.d_ff": 0, "model.tie_kv": True, "train.lr": 0.004}
+    assert shrink_moves(space, point, sizer) == []
+
+
+def test_a_structural_move_drops_the_keys_it_switches_off():
+    """Dropping the MLP (d_ff 4 -> 0) or tying O to Q^T switches off keys that only apply
+    with the old value (activation, rank_o): the move is a valid, smaller structure, and the
+    keys it switched off leave the point."""
+    space, sizer = parse_space(SPACE), ProposalSizer({"task": "add3"})
     point = {"model.d_model": 3, "model.d_ff": 4, "model.activation": "relu",
              "model.tie_kv": True, "train.lr": 0.004}
-    # d_ff 4 -> 0 would leave `activation` unreachable: not a valid one-key move
-    assert shrink_moves(space, point, sizer) == []
+    (move,) = shrink_moves(space, point, sizer)
+    assert move == {"model.d_model": 3, "model.d_ff": 0, "model.tie_kv": True, "train.lr": 0.004}
+    assert 0 < _size(space, sizer, move) < _size(space, sizer, point)
+    frontier, sizer10 = load_space("adderboard"), ProposalSizer({"task": "add10"})
+    start = frontier.start[0]
+    moves = shrink_moves(frontier, start, sizer10, limit=20)
+    tied = next(m for m in moves if m["model.tie_o"])
+    assert "model.rank_o" not in tied and _size(frontier, sizer10, tied) == 146 - 24
+    assert {k for m in moves for k in m if m.get(k) != start.get(k)} >= {
+        "model.embed", "model.tie_o", "model.n_heads", "model.share_norms", "model.qk_norm"}
 
 
 def test_a_new_incumbent_makes_its_shrink_moves_the_next_proposals(tmp_path):

@@ -110,7 +110,7 @@ def test_shipped_space_samples_valid_configs(name: str) -> None:
 
 
 def test_conditions_in_shipped_spaces() -> None:
-    seen = {"act": 0, "noact": 0, "rope": 0, "norope": 0}
+    seen = {"act": 0, "noact": 0, "one head": 0, "two heads": 0}
     for _, cfg in _samples(load_space("tiny"), 40, seed=1):
         m = cfg["model"]
         assert ("activation" in m) == (m["d_ff"] > 0)
@@ -120,13 +120,11 @@ def test_conditions_in_shipped_spaces() -> None:
         assert cfg["train"]["seeds"] == 8 and cfg["format"]["pad"] is True
     for _, cfg in _samples(load_space("adderboard"), 40, seed=2):
         m, t = cfg["model"], cfg["train"]
-        assert ("rope_base" in m) == (m["pos"] == "rope")
-        assert ("grokfast_lambda" in t) == (t["grokfast_alpha"] > 0)
-        assert t["carry_fade_start"] < t["carry_fade_end"]  # MicroAdder's fading carry share
-        assert ("d_head" in m) == (m["tie_kv"] is False)
-        seen["rope" if "rope_base" in m else "norope"] += 1
-        if "rope_base" in m:
-            assert isinstance(m["rope_base"], float) and 10 <= m["rope_base"] <= 10000
+        assert ("tie_k" in m) == ("tie_v" in m) == (m["n_heads"] == 1)  # K, V from Q: 1 head
+        assert ("rank_o" in m) == (m["tie_o"] is False)
+        assert ("mlp_down" in m) == (m["d_ff"] % 2 == 0)  # turned pairs need an even width
+        assert cfg["format"]["zero_delimiters"] is True and t["sampling"] == "values"
+        seen["one head" if m["n_heads"] == 1 else "two heads"] += 1
     assert all(seen.values()), seen  # both branches exercised
 
 

@@ -55,6 +55,14 @@ def _full_config(space: Space, point: dict[str, Any]) -> dict[str, Any] | None:
     return config
 
 
+def _reachable(space: Space, point: dict[str, Any]) -> dict[str, Any]:
+    """`point` without the conditional keys a move switched off (tie_o on drops rank_o, whose
+    `when` asks for tie_o off): a structural step, not an invalid point."""
+    config = RayDefineByRun(space)(_PointTrial(point))
+    searched = {p.name for p in space.searched}
+    return {k: v for k, v in point.items() if k not in searched or k in config}
+
+
 def _neighbour_values(space: Space, key: str, value: Any) -> list[Any]:
     p = next(p for p in space.searched if p.name == key)
     if p.kind == "choice":
@@ -81,7 +89,7 @@ def shrink_moves(space: Space, point: dict[str, Any], sizer: Callable[[dict], in
         if not key.startswith("model.") or key not in {p.name for p in space.searched}:
             continue
         for new in _neighbour_values(space, key, value):
-            moved = {**point, key: new}
+            moved = _reachable(space, {**point, key: new})
             config = _full_config(space, moved)
             n = sizer(config) if config is not None else 0
             if 0 < n < size:
