@@ -8,8 +8,9 @@ its own curve, never because a model of another size is ahead of it:
 - reached: a seed's held-out exact match clears the target (Wilson bound, corrected for the
   best of K) *and* the seed passes on the whole problem set (or 200k held-out problems), the
   same rule `arithsweep train` uses;
-- plateau: for `patience` evaluations no seed improved its exact match and the best loss
-  stopped falling (a slow-starting small model whose loss still falls keeps training);
+- plateau: for `patience` evaluations no seed improved its exact match, its per-digit
+  accuracy or its loss (a tiny model at chance whose answer digits are being learnt one by
+  one, or whose loss still falls, keeps training);
 - budget: its steps or time ran out.
 
 A near miss (best seed within `near_miss` of the target) earns a second round: twice the
@@ -43,22 +44,38 @@ from arithsweep.search.trial import CONST_KEY, build_trial, params_if_possible
 PATIENCE = 8  # evaluations without progress before a trial counts as stuck
 MIN_EM_GAIN = 0.002  # exact-match gain of the best seed that counts as progress
 MIN_LOSS_GAIN = 0.02  # relative fall of the best seed's loss that counts as progress
+MIN_DIGIT_GAIN = 0.005  # gain of the best seed's mean per-digit accuracy that counts
 NEAR_MISS = 0.25  # a first round within this of the target earns a second round
 
 
 class Plateau:
-    """Progress on the trial's own curve: the best seed's exact match or loss improving."""
+    """Progress on the trial's own curve: the best seed's exact match, its loss, or its
+    per-digit accuracy improving. Tiny models sit at chance exact match for tens of thousands
+    of steps while they learn one answer digit after another (grokking); the digits they get
+    right show that progress long before a whole answer does."""
 
     def __init__(self, patience: int = PATIENCE) -> None:
         self.patience = patience
         self.best_em, self.best_loss, self.since = -1.0, math.inf, 0
+        self.best_digits = -1.0
 
-    def update(self, em: float, loss: float) -> bool:
-        """Feed one evaluation; True once `patience` evaluations in a row made no progress."""
+    def update(self, em: float, loss: float, digits: float | None = None) -> bool:
+        """Feed one evaluation (`digits`: the best seed's mean per-answer-digit accuracy);
+        True once `patience` evaluations in a row made no progress."""
         better = em > self.best_em + MIN_EM_GAIN or loss < self.best_loss * (1 - MIN_LOSS_GAIN)
+        if digits is not None:
+            better = better or digits > self.best_digits + MIN_DIGIT_GAIN
+            self.best_digits = max(self.best_digits, digits)
         self.best_em, self.best_loss = max(self.best_em, em), min(self.best_loss, loss)
         self.since = 0 if better else self.since + 1
         return self.since >= self.patience
+
+
+def digit_accuracy(point: Any) -> float | None:
+    """The best live seed's mean accuracy over answer positions at one evaluation."""
+    rows = [sum(r) / len(r) for r in (point.position_acc or []) if r]
+    rows = [x for x in rows if not math.isnan(x)]
+    return max(rows) if rows else None
 
 
 def _metrics(point: Any, result: Any, best_em: float, step0: int) -> dict[str, Any]:
@@ -157,7 +174,7 @@ class _Trial:
         if self.check.held_out_reached(result) and self.check.passes(result):
             self.reason, stop = "reached target", True
             row["full_em"] = self.check.value(result)
-        elif self.plateau.update(point.best_em, row["loss"]):
+        elif self.plateau.update(point.best_em, row["loss"], digit_accuracy(point)):
             self.reason, stop = "plateau", True
         if best > self.best:
             self.best = best
@@ -234,7 +251,7 @@ class _Pack:
         if self.checks[j].held_out_reached(result) and self.checks[j].passes(result):
             self.reasons[j], stop = "reached target", True
             row["full_em"] = self.checks[j].value(result)
-        elif self.plateaus[j].update(point.best_em, row["loss"]):
+        elif self.plateaus[j].update(point.best_em, row["loss"], digit_accuracy(point)):
             self.reasons[j], stop = "plateau", True
         if best > self.best[j]:
             self.best[j], self.improved = best, True
