@@ -413,3 +413,16 @@ def test_default_space_follows_the_task():
         "tiny", "tiny", "tiny", "sort", "quirke", "quirke", "adderboard", "adderboard",
         "adderboard"]
     assert all(default_space(t) in SHIPPED for t in ("add3", "sort2", "sub3", "add10"))
+
+
+def test_list_fields_take_one_fixed_value(tmp_path: Path) -> None:
+    """phases and curriculum are lists: a space fixes them (it cannot search a list), and a
+    bad one is refused when the space loads, naming the field."""
+    space = load_space(_write(tmp_path, "train:\n  phases: [{steps: 100, lr: 1.0e-3}]\n"
+                                        "  curriculum: [[200, 2]]\n"))
+    train = space.suggest(optuna.trial.FixedTrial({}))["train"]
+    assert train["phases"] == [{"steps": 100, "lr": 1e-3}] and train["curriculum"] == [[200, 2]]
+    with pytest.raises(ConfigError, match="train.phases"):
+        load_space(_write(tmp_path, "train:\n  phases: [{steps: 0, lr: 1.0e-3}]\n"))
+    with pytest.raises(ConfigError, match="a list is not a value"):
+        load_space(_write(tmp_path, "model:\n  d_model: [3, 4]\n"))

@@ -26,17 +26,17 @@ _OP_TEXT = {"eq": "=", "ne": "!=", "gt": ">", "ge": ">=", "lt": "<", "le": "<=",
 
 @dataclass(frozen=True)
 class FieldSpec:
-    types: frozenset[type]  # subset of {bool, int, float, str, NoneType}
+    types: frozenset[type]  # subset of {bool, int, float, str, NoneType, list}
     default: Any
 
     def type_text(self) -> str:
-        order = (bool, int, float, str, type(None))
+        order = (bool, int, float, str, list, type(None))
         return " | ".join("null" if t is type(None) else t.__name__
                           for t in order if t in self.types)
 
 
 _TYPE_NAMES = {"bool": bool, "int": int, "float": float, "str": str, "None": type(None),
-               "NoneType": type(None)}
+               "NoneType": type(None), "list": list}
 
 
 def _types_of(annotation: Any) -> frozenset[type]:
@@ -88,6 +88,8 @@ def type_ok(v: Any, spec: FieldSpec) -> bool:
         return str in spec.types
     if v is None:
         return type(None) in spec.types
+    if isinstance(v, list):
+        return list in spec.types
     return False
 
 

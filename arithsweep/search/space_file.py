@@ -274,9 +274,9 @@ def _parse_param(section: str, fname: str, value: Any, spec: FieldSpec,
         return coerce(v, spec)
 
     if not isinstance(value, dict):
-        if isinstance(value, list):
+        if isinstance(value, list) and list not in spec.types:  # phases, curriculum may be
             raise fail(key, "a list is not a value; write {choice: [...]} to search over it")
-        fixed = check_value(value, "value")
+        fixed = value if isinstance(value, list) else check_value(value, "value")
         _check_accepted(section, fname, [fixed], key, fail)
         return Param(section, fname, "fixed", value=fixed)
 
@@ -347,7 +347,7 @@ def _check_accepted(section: str, fname: str, values: list[Any], key: str,
     cls = section_class(section)
     base = {"vocab_size": 12, "n_ctx": 11} if section == "model" else {}
     for v in values:
-        if not isinstance(v, str):
+        if not isinstance(v, (str, list)):
             continue
         try:
             cls(**base, **{fname: v})
