@@ -41,11 +41,32 @@ class DictConfig:
     def from_dict(cls: type[C], d: dict[str, Any]) -> C:
         if not isinstance(d, dict):
             raise ConfigError(f"{cls._label}: expected a mapping of fields, got {type(d).__name__}")
-        known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-        unknown = sorted(set(d) - known)
+        types = {f.name: str(f.type) for f in fields(cls)}  # type: ignore[arg-type]
+        unknown = sorted(set(d) - set(types))
         if unknown:
             raise ConfigError(f"{cls._label}: unknown field(s) {', '.join(unknown)}")
-        return cls(**d)
+        return cls(**{k: _number(cls._label, k, v, types[k]) for k, v in d.items()})
+
+def _number(label: str, field: str, value: Any, annotation: str) -> Any:
+    """The one reading of a number from text, wherever a config comes from (--set, a YAML or
+    JSON file, a checkpoint): YAML reads `1e-3` as a string, so a numeric field's string is
+    parsed here; words, nan and inf are refused naming the field."""
+    kinds = {t.strip() for t in annotation.split("|")}
+    if not kinds & {"int", "float"} or isinstance(value, bool):
+        return value
+    if isinstance(value, str) and "str" not in kinds:
+        try:
+            value = float(value.strip().replace("_", ""))
+        except ValueError:
+            raise ConfigError(f"{label}: {field}={value!r}: not a number") from None
+        if "float" not in kinds and value.is_integer():
+            value = int(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{label}: {field}={value!r}: must be a finite number")
+    if isinstance(value, float) and "float" not in kinds:
+        raise ConfigError(f"{label}: {field}={value!r}: must be a whole number")
+    return value
+
 
 ACTIVATIONS = ("relu", "gelu", "swiglu")
 NORMS = ("layer", "rms", "none")

@@ -20,6 +20,8 @@ from arithsweep.core.config import LEGACY_TRAIN_DEFAULTS, TrainConfig
 from arithsweep.core.errors import ConfigError
 
 CONFIG_SECTIONS = ("task", "format", "model", "train")
+_CHECKPOINT_KEYS = ("arithsweep_version", "format_name", "format_version", "meta", "metrics",
+                    "weights_sha256")
 
 
 def model_field_names() -> set[str]:
@@ -61,6 +63,12 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         return {}
     if not isinstance(doc, dict):
         raise ConfigError(f"config {p}: expected a mapping with sections {CONFIG_SECTIONS}")
+    # a checkpoint's config.json carries its bookkeeping beside the sections; anything else is
+    # a typo (`modle:`) that would silently train the defaults
+    extra = sorted(str(k) for k in doc if k not in CONFIG_SECTIONS and k not in _CHECKPOINT_KEYS)
+    if extra:
+        raise ConfigError(f"config {p}: unknown section(s) {', '.join(extra)}: expected "
+                          f"{', '.join(CONFIG_SECTIONS)}")
     if "format_name" in doc:  # a checkpoint's config.json names its format this way
         doc = {**doc, "format": doc["format_name"]}
         if isinstance(doc.get("train"), dict):
