@@ -87,7 +87,12 @@ def ask(
     if file is not None:
         if not file.is_file():
             raise ArithsweepError(f"--file {file}: no such file")
-        items += [ln.strip() for ln in file.read_text().splitlines() if ln.strip()]
+        try:
+            text = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            why = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else e.strerror
+            raise ArithsweepError(f"--file {file}: cannot read it ({why})") from None
+        items += [ln.strip() for ln in text.splitlines() if ln.strip()]
     if not items:
         raise ArithsweepError('no problems given: e.g. arithsweep ask CHECKPOINT "123+456"')
     from arithsweep.core.api import ask_job

@@ -22,7 +22,7 @@ from arithsweep.core.checkpoint import load_checkpoint
 from arithsweep.core.config import TrainConfig
 from arithsweep.core.confirm import FullCheck
 from arithsweep.core.evaluate import greedy_decode
-from arithsweep.core.model import ArithTransformer, ModelConfig, count_params, param_breakdown
+from arithsweep.core.model import ModelConfig, count_params, param_breakdown
 from arithsweep.core.tasks import Task
 from arithsweep.core.train import EvalPoint, TrainResult, train
 
@@ -147,12 +147,12 @@ def ask_job(checkpoint: str | Path, problems: list[str]) -> dict[str, Any]:
 
 
 def params_job(task: Task, model_cfg: ModelConfig) -> dict[str, Any]:
-    """Unique parameter count with a per-component breakdown, without training."""
-    model = ArithTransformer(model_cfg, k=1)
+    """Unique parameter count with a per-component breakdown, without training: counted from
+    the shapes alone (the meta device), so a huge architecture is counted, not allocated."""
     return {
-        "task": task.name, "format": task.fmt.name, "params": count_params(model),
+        "task": task.name, "format": task.fmt.name, "params": count_params(model_cfg),
         "vocab_size": task.vocab_size, "n_ctx": task.n_ctx,
         "vocab": list(task.vocab), "architecture": model_cfg.summary(),
-        "breakdown": [{"component": c, "params": n} for c, n in param_breakdown(model)],
+        "breakdown": [{"component": c, "params": n} for c, n in param_breakdown(model_cfg)],
         "model": model_cfg.to_dict(),
     }
