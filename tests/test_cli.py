@@ -4,7 +4,6 @@ export round trip on real files."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -140,21 +139,10 @@ def test_train_ask_verify_leaderboard_show_export(capsys, tmp_path, monkeypatch,
     code, out, _ = run(capsys, "show", rep["sha256"][:10])
     assert code == 0 and "By carry class" in out
 
+    # AdderBoard checks 10-digit addition: an add2 entry is refused in one line, nothing written
     sub = tmp_path / "sub" / "add2_submission.py"
     code, out, err = run(capsys, "export", "1", "--adderboard", sub)
-    assert code == 0, err
+    assert code == 2 and "add10" in err and not sub.exists()
     md = tmp_path / "LEADERBOARD.md"
     code, _, _ = run(capsys, "export", "--markdown", md)
     assert code == 0 and "add2" in md.read_text()
-
-    # the exported file, imported like AdderBoard's verify.py does, gets every problem right
-    spec = importlib.util.spec_from_file_location("submission", sub)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    model, meta = mod.build_model()
-    assert meta["params"] == rep["params"]
-    uniq = {id(p): p.numel() for p in model.parameters()}
-    assert sum(uniq.values()) == rep["params"]
-    right = sum(mod.add(model, a, b) == a + b for a in range(100) for b in range(0, 100, 7))
-    total = 100 * len(range(0, 100, 7))
-    assert right / total == rep["exact_match"] == 1.0

@@ -36,3 +36,38 @@ def test_params_of_a_huge_model_counts_without_allocating(width):
     out = run("params", "--task", "add3", "--d-model", width, "--heads", "1", "--json")
     assert out.returncode == 0, out.stderr[-500:]
     assert '"params"' in out.stdout
+
+
+def test_unwritable_outputs_are_one_line(tmp_path):
+    """A path under a plain file cannot be written, even by root (CI's user): inspect's PNG,
+    export's markdown into a folder, and a `<name>_weights` folder blocked by a file."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    one_error_line(run("inspect", ENTRY, "12+34", "--png", str(blocker / "x.png")), "a-file")
+    db = tmp_path / "lb.db"
+    assert run("verify", ENTRY, "--record", "--db", str(db)).returncode == 0
+    one_error_line(run("export", "--markdown", str(tmp_path), "--db", str(db)))
+    one_error_line(run("export", "1", "--adderboard", str(tmp_path / "add2.py"), "--db", str(db)),
+                   "add10")
+    board = tmp_path / "board"
+    (board / "checkpoints").mkdir(parents=True)
+    one_error_line(run("export", "--markdown", str(board / "LEADERBOARD.md"), "--db", str(db)),
+                   "publish")
+    md = tmp_path / "one.md"
+    out = run("export", "1", "--markdown", str(md), "--db", str(db))
+    assert out.returncode == 0 and "add2" in md.read_text()
+
+
+def test_the_published_95_parameter_adder_passes_adderboards_protocol(tmp_path):
+    """The published add10 entry, exported as AdderBoard takes it, answers AdderBoard's own
+    problems (the first 200 of its 10,010 here; all of them scored 99.78% when published)."""
+    from arithsweep.core.checkpoint import sha256_file
+    from arithsweep.leaderboard.adderboard import export_adderboard
+    from arithsweep.leaderboard.adderboard_check import check_submission
+
+    ck = Path(ENTRY).parent / "add10-95-99e1ebee"
+    row = {"id": 10, "task": "add10", "params": 95, "checkpoint_path": str(ck),
+           "sha256": sha256_file(ck / "model.safetensors")}
+    export_adderboard(row, tmp_path / "add10_95.py")
+    res = check_submission(tmp_path / "add10_95.py", limit=200)
+    assert res.params == 95 and res.total == 200 and res.accuracy >= 0.97

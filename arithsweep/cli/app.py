@@ -62,6 +62,10 @@ def main() -> None:
     except ArithsweepError as e:
         print(f"error: {one_line(str(e)) or type(e).__name__}", file=sys.stderr)
         sys.exit(2)
+    except OSError as e:  # a path the user named: read-only, a folder, a file in the way...
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"error: {where}{one_line(e.strerror or str(e))}", file=sys.stderr)
+        sys.exit(2)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)

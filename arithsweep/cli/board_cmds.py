@@ -118,8 +118,9 @@ def show(
 
 
 def export(
-    entry: str = typer.Argument(None, help="entry id or sha256 prefix (with --adderboard)"),
+    entry: str = typer.Argument(None, help="entry id or sha256 prefix (with --markdown: only that entry)"),
     adderboard: Path = typer.Option(None, "--adderboard", help="write an AdderBoard submission .py"),
+    check: bool = typer.Option(False, "--check", help="with --adderboard: run AdderBoard's protocol on the written file"),
     markdown: Path = typer.Option(None, "--markdown", help="write the leaderboard table as markdown"),
     all_rows: bool = typer.Option(False, "--all", help="with --markdown: every entry"),
     db: str = typer.Option(None, "--db", help=DB_HELP),
@@ -129,9 +130,12 @@ def export(
         raise ArithsweepError("choose one of --adderboard FILE.py (with an ENTRY) or --markdown FILE.md")
     board = _open(db, create=False)
     if markdown is not None:
-        from arithsweep.leaderboard.publish import to_markdown
+        from arithsweep.leaderboard.publish import MARKDOWN, to_markdown
 
-        rows = board.query(all=all_rows)
+        if markdown.name == MARKDOWN and (markdown.parent / "checkpoints").is_dir():
+            raise ArithsweepError(f"--markdown {markdown}: that is what `arithsweep publish` "
+                                  f"writes beside its checkpoints; export to another file")
+        rows = [board.get(entry)] if entry is not None else board.query(all=all_rows)
         markdown.parent.mkdir(parents=True, exist_ok=True)
         markdown.write_text(to_markdown(rows, title="arithsweep leaderboard"))
         out.print(f"wrote {len(rows)} rows to {markdown}")
@@ -146,6 +150,15 @@ def export(
     written = export_adderboard(row, adderboard)
     out.print(f"wrote {adderboard} and {', '.join(str(p) for p in written)}; check it with "
               f"AdderBoard's verify.py {adderboard}")
+    if check:
+        from arithsweep.leaderboard.adderboard_check import THRESHOLD, check_submission
+
+        res = check_submission(adderboard)
+        out.print(f"AdderBoard's protocol: {res.correct}/{res.total} = {res.accuracy:.4%} "
+                  f"({'passes' if res.passed else 'FAILS'} at {THRESHOLD:.0%}), "
+                  f"{res.params} parameters")
+        if not res.passed:
+            raise typer.Exit(1)
 
 
 def publish(

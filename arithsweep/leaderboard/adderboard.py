@@ -176,9 +176,10 @@ def _tricks(cfg: dict[str, Any]) -> list[str]:
 
 def export_adderboard(row: dict[str, Any], dest: str | Path) -> list[Path]:
     """Write `dest` (.py) and copy the checkpoint to `<stem>_weights/` beside it."""
-    if not str(row.get("task", "")).startswith("add"):
+    if row.get("task") != "add10":  # its protocol draws 10-digit operands (adderboard_check)
         raise ArithsweepError(
-            f"entry {row.get('id')} is a {row.get('task')} model: AdderBoard takes addition only")
+            f"entry {row.get('id')} is a {row.get('task')} model: AdderBoard checks 10-digit "
+            f"addition (add10) only")
     src = Path(row["checkpoint_path"])
     for name in ("model.safetensors", "config.json"):
         if not (src / name).is_file():
