@@ -71,3 +71,13 @@ def test_the_published_95_parameter_adder_passes_adderboards_protocol(tmp_path):
     export_adderboard(row, tmp_path / "add10_95.py")
     res = check_submission(tmp_path / "add10_95.py", limit=200)
     assert res.params == 95 and res.total == 200 and res.accuracy >= 0.97
+
+
+def test_leaderboard_task_filter_is_validated_and_an_empty_match_says_so(tmp_path):
+    db = tmp_path / "lb.db"
+    assert run("verify", ENTRY, "--record", "--db", str(db)).returncode == 0
+    one_error_line(run("leaderboard", "--task", "add0", "--db", str(db)), "unknown task 'add0'")
+    out = run("leaderboard", "--task", "ADD2", "--db", str(db), "--json")
+    assert out.returncode == 0 and '"add2"' in out.stdout  # names are case-insensitive
+    out = run("leaderboard", "--task", "mul2", "--db", str(db))
+    assert out.returncode == 0 and "match task mul2 (1 entries in all)" in out.stderr

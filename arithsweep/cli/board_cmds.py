@@ -86,6 +86,10 @@ def leaderboard(
     from arithsweep.cli import render as tables
     from arithsweep.leaderboard import publish as formats
 
+    if task is not None:
+        from arithsweep.core.formats import task_name  # torch-free: this path stays fast
+
+        task = task_name(task)
     board = _open(db, create=False)
     rows = board.query(task=task, target=target, limit=limit, all=all_rows)
     if as_json:
@@ -94,10 +98,13 @@ def leaderboard(
         sys.stdout.write(formats.to_csv(rows))
     elif as_md:
         sys.stdout.write(formats.to_markdown(rows))
+    elif not rows and (task is not None or target is not None):
+        err.print(f"no entries in {board.where} match"
+                  + (f" task {task}" if task else "")
+                  + (f" target >= {target}" if target is not None else "")
+                  + f" ({len(board.query(all=True))} entries in all)")
     elif not rows:
-        err.print(f"no entries in {board.where}"
-                  + (f" for {task}" if task else "")
-                  + " (add one: arithsweep verify CHECKPOINT --record)")
+        err.print(f"no entries in {board.where} (add one: arithsweep verify CHECKPOINT --record)")
     else:
         out.print(tables.rich_table(rows, title=f"arithsweep leaderboard · {board.where}"))
 

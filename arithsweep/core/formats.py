@@ -12,6 +12,7 @@ symbols|zeros (delimiters as their own tokens, or as the digit 0 in AdderBoard's
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from arithsweep.core.errors import ConfigError
@@ -104,3 +105,20 @@ def fill_places(task, model: dict) -> dict:
         raise ConfigError(f"model config: places={given!r} does not fit {task.name}'s layout "
                           f"{want!r} (digits where it has digits, slots where it has slots)")
     return model
+
+
+# the task names, torch-free so that `arithsweep leaderboard --task` can check one cheaply;
+# `tasks.get_task` builds the task itself (results must fit in int64: add/sub/mix 18 digits,
+# mul 9, sort 9 labelled values)
+TASK_MAX = {"add": 18, "sub": 18, "mix": 18, "mul": 9, "sort": 9}
+TASK_MIN = {"sort": 2}
+TASK_HELP = ("add<N>, sub<N>, mix<N> (N = 1..18) or mul<N> (N = 1..9), e.g. add10; "
+             "or sort<N> (N = 2..9)")
+
+
+def task_name(name: str) -> str:
+    """' ADD03 ' -> 'add3'; ConfigError naming the valid forms for anything else."""
+    m = re.fullmatch(r"(add|sub|mix|mul|sort)(\d{1,3})", str(name).strip().lower())
+    if m is None or not TASK_MIN.get(m[1], 1) <= int(m[2]) <= TASK_MAX[m[1]]:
+        raise ConfigError(f"unknown task {name!r}: expected {TASK_HELP}")
+    return f"{m[1]}{int(m[2])}"

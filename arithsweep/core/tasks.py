@@ -33,7 +33,14 @@ import torch
 from torch import Tensor
 
 from arithsweep.core.errors import ConfigError
-from arithsweep.core.formats import _FORMAT_HELP, Format, layout_places, parse_format
+from arithsweep.core.formats import (
+    _FORMAT_HELP,
+    TASK_HELP,
+    Format,
+    layout_places,
+    parse_format,
+    task_name,
+)
 from arithsweep.core.sampling import _cascade, _digits, _distinct, _draw, _holdout, _num_digits
 
 OPS = ("add", "sub", "mix", "mul")
@@ -42,8 +49,7 @@ OP_CODES = {"add": (0,), "sub": (1,), "mix": (0, 1), "mul": (2,)}  # op code 0=a
 _OP_SYMBOL = "+-*"  # indexed by op code
 _SYMBOLS = ("+", "-", "*", "=", "<eos>", "<pad>")
 _LIST_MAX = 4 * 10**6  # problems under a length cap that holdout sampling may enumerate
-_TASK_HELP = ("add<N>, sub<N>, mix<N> (N = 1..18) or mul<N> (N = 1..9), e.g. add10; "
-              "or sort<N> (N = 2..9)")
+_TASK_HELP = TASK_HELP
 _DERIVED = {"init": False, "repr": False, "compare": False}
 
 
@@ -59,10 +65,9 @@ def get_task(name: str, fmt: Format | str | None = None) -> Task:
         from arithsweep.core.sort_task import sort_task  # here: sort_task imports this module
 
         return sort_task(name, fmt)
-    m = re.fullmatch(r"(add|sub|mix|mul)(\d{1,3})", str(name).strip().lower())
-    if m is None or not 1 <= int(m[2]) <= MAX_DIGITS[m[1]]:
-        raise ConfigError(f"unknown task {name!r}: expected {_TASK_HELP}")
-    return Task(f"{m[1]}{int(m[2])}", m[1], int(m[2]), parse_format(fmt))
+    name = task_name(name)  # the one name parser, shared with the torch-free CLI paths
+    op = name.rstrip("0123456789")
+    return Task(name, op, int(name[len(op):]), parse_format(fmt))
 
 
 @dataclass(frozen=True)
