@@ -204,7 +204,7 @@ def test_adderboard_export_refuses_sort():
     from arithsweep.core.errors import ArithsweepError
     from arithsweep.leaderboard.adderboard import export_adderboard
 
-    with pytest.raises(ArithsweepError, match="addition \(add10\) only"):
+    with pytest.raises(ArithsweepError, match=r"addition \(add10\) only"):
         export_adderboard({"id": 1, "task": "sort3"}, "x.py")
 
 
