@@ -82,3 +82,14 @@ def test_leaderboard_task_filter_is_validated_and_an_empty_match_says_so(tmp_pat
     out = run("leaderboard", "--task", "mul2", "--db", str(db))
     said = " ".join(out.stderr.split())  # Rich wraps stderr at 80 columns
     assert out.returncode == 0 and "match task mul2 (1 entries in all)" in said
+
+
+def test_ood_defaults_fit_a_learned_position_model_and_loops_need_a_looped_one():
+    out = run("ood", ENTRY, "--json")
+    assert out.returncode == 0, out.stderr
+    assert "hold 2-digit operands" in " ".join(out.stderr.split())
+    one_error_line(run("ood", ENTRY, "--loops", "2"), "does not loop")
+
+
+def test_a_missing_database_driver_names_the_package_to_install():
+    one_error_line(run("leaderboard", "--db", "mysql://u:p@localhost/x"), "pip install mysqlclient")

@@ -90,7 +90,7 @@ def _print(res: dict[str, Any], views: dict[str, Any], png: Path | None, what: s
 
 
 def inspect(
-    target: str = typer.Argument(..., help="leaderboard entry id or sha256 prefix, or a checkpoint directory"),
+    target: str = typer.Argument(..., metavar="ENTRY|CHECKPOINT", help="leaderboard entry id or sha256 prefix, or a checkpoint directory"),
     problem: str = typer.Argument(..., help='one problem of the model\'s task, e.g. "123+456"'),
     png: Path = typer.Option(None, "--png", help="where to draw the picture (default ./inspect-<task>.png)"),
     no_png: bool = typer.Option(False, "--no-png", help="draw nothing"),

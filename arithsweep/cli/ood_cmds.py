@@ -94,14 +94,22 @@ def ood(
         raise ArithsweepError(f"--loops {loops}: must be >= 1")
     path, run_id = _resolve(target, db)
     from arithsweep.core.checkpoint import load_checkpoint
-    from arithsweep.core.ood import ood_grid, save_heatmap
+    from arithsweep.core.ood import WIDE_POSITIONS, ood_grid, save_heatmap
     from arithsweep.core.tasks import MAX_DIGITS
 
     ck = load_checkpoint(path)
     run_id = run_id or ck.meta.get("mlflow_run_id")
+    if loops is not None and ck.model_cfg.n_loops == 1:
+        raise ArithsweepError(f"--loops {loops}: this model does not loop (n_loops=1); "
+                              f"--loops re-runs a looped model's shared blocks")
     if max_digits is None:
         trained = (ck.train_cfg.train_digits if ck.train_cfg else None) or ck.task.n_digits
         max_digits = min(MAX_DIGITS[ck.task.op], max(ck.task.n_digits, 2 * trained))
+        if ck.model_cfg.pos not in WIDE_POSITIONS:  # a table of positions ends where it ends
+            err.print(f"note: {ck.model_cfg.pos} positions hold {ck.task.n_digits}-digit "
+                      f"operands at most; the grid stops there (abacus, rope or none go "
+                      f"further)")
+            max_digits = ck.task.n_digits
     g = ood_grid(ck, max_digits, loops=loops, per_cell=per_cell, seed=seed)
     logged = None
     if png is not None:

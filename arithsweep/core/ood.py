@@ -35,7 +35,7 @@ GOOD = 0.9  # exact match a cell needs to count as generalised (the `ratio`)
 # a cell with at most this many problems per wanted one is listed, not sampled: its held-out
 # side (~1/16) then holds at most ~4x what is wanted, too few for fast distinct draws
 _ENUM_RATIO = 64
-_WIDE_POSITIONS = ("abacus", "rope", "none")  # no per-absolute-position table
+WIDE_POSITIONS = ("abacus", "rope", "none")  # no per-absolute-position table
 
 
 @dataclass
@@ -114,7 +114,7 @@ def widen(model: ArithTransformer, task: Task, max_digits: int) -> tuple[ArithTr
     cfg = model.cfg
     if wide.n_ctx <= cfg.n_ctx:
         return model, wide
-    if cfg.pos not in _WIDE_POSITIONS:
+    if cfg.pos not in WIDE_POSITIONS:
         fits = max(d for d in range(task.n_digits, top + 1)
                    if get_task(f"{task.op}{d}", task.fmt).n_ctx <= cfg.n_ctx)
         raise ConfigError(f"max_digits={max_digits}: a model with {cfg.pos} positions has "

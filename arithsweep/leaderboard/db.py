@@ -77,12 +77,18 @@ def writer(engine: Engine) -> Engine:
     return engine.execution_options(arithsweep_begin="IMMEDIATE")
 
 
+# the module a SQLAlchemy dialect imports -> the package that provides it on PyPI
+_DRIVER_PACKAGES = {"MySQLdb": "mysqlclient", "psycopg2": "psycopg2-binary",
+                    "pymysql": "PyMySQL", "psycopg": "psycopg[binary]"}
+
+
 def make_engine(url: str, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> Engine:
     """An engine for `url`; on SQLite every connection gets the setup in the module docstring."""
     try:
         engine = sa.create_engine(url, connect_args=_connect_args(url, busy_timeout))
     except ModuleNotFoundError as e:
-        raise ArithsweepError(f"no database driver for {where(url)}: pip install {e.name}") from e
+        package = _DRIVER_PACKAGES.get(e.name or "", e.name)
+        raise ArithsweepError(f"no database driver for {where(url)}: pip install {package}") from e
     except ArgumentError as e:
         raise ArithsweepError(f"{where(url)}: {e}") from e
     if engine.dialect.name != "sqlite":
