@@ -93,3 +93,12 @@ def test_ood_defaults_fit_a_learned_position_model_and_loops_need_a_looped_one()
 
 def test_a_missing_database_driver_names_the_package_to_install():
     one_error_line(run("leaderboard", "--db", "mysql://u:p@localhost/x"), "pip install mysqlclient")
+
+
+def test_publish_to_an_absolute_dir_writes_no_absolute_paths(tmp_path):
+    db = tmp_path / "lb.db"
+    assert run("verify", ENTRY, "--record", "--db", str(db)).returncode == 0
+    dest = tmp_path / "site" / "board"
+    assert run("publish", "--dir", str(dest), "--db", str(db)).returncode == 0
+    text = (dest / "LEADERBOARD.md").read_text()
+    assert str(tmp_path) not in text and "arithsweep verify board/checkpoints/add2-216" in text

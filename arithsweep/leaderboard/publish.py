@@ -323,6 +323,14 @@ def _check_destination(dest: Path) -> None:
                                   "move them or publish to another --dir")
 
 
+def _label(dest: Path) -> str:
+    """How LEADERBOARD.md's commands name the folder: relative to where publish ran (the
+    repository root, usually), never an absolute path of one machine; a folder outside it by
+    its own name."""
+    rel = Path(os.path.relpath(dest.absolute()))
+    return (dest.name if rel.parts and rel.parts[0] == ".." else rel.as_posix()) or "."
+
+
 def publish(
     board_rows: list[dict[str, Any]],
     dest_dir: str | Path,
@@ -352,7 +360,7 @@ def publish(
         configs = [_copy_checkpoint(r, stage / CHECKPOINTS / n) for r, n in zip(rows, names)]
         by_sha = {r.get("sha256"): c for r, c in zip(rows, configs)}
         sections = project_sections(rows, dest, lambda r: seeds_reached(r, by_sha[r["sha256"]]))
-        text = leaderboard_markdown(rows, configs, dest.as_posix(),
+        text = leaderboard_markdown(rows, configs, _label(dest),
                                     sections + list(extra_sections or []))
         (stage / MARKDOWN).write_text(text, encoding="utf-8")
         dest.mkdir(exist_ok=True)
