@@ -137,7 +137,7 @@ def test_train_ask_verify_leaderboard_show_export(capsys, tmp_path, monkeypatch,
     row = json.loads(out)
     assert code == 0 and row["sha256"] == rep["sha256"] and "arithsweep train" in row["reproduce"]
     code, out, _ = run(capsys, "show", rep["sha256"][:10])
-    assert code == 0 and "By carry class" in out
+    assert code == 0 and "By longest carry chain" in out
 
     # AdderBoard checks 10-digit addition: an add2 entry is refused in one line, nothing written
     sub = tmp_path / "sub" / "add2_submission.py"

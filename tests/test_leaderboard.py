@@ -407,6 +407,6 @@ def test_rich_renderings_contain_the_rows(url):
     console.print(entry_detail(lb.get(sha(1))))
     text = console.export_text()
     assert "add10" in text and "1234" in text and "99.9999%" in text
-    for needle in ("By carry class", "S1", "3x3", sha(1), "/tmp/ck/best", "arithsweep train",
-                   "123+456", "Model config"):  # fmt: skip
+    for needle in ("By longest carry chain", "chain 1", "3x3", sha(1), "/tmp/ck/best",
+                   "arithsweep train", "123+456", "Model config"):  # fmt: skip
         assert needle in text

@@ -39,9 +39,9 @@ def _natural(key: str) -> list[Any]:
 
 
 def _bucket_table(title: str, label: str, buckets: dict[str, dict[str, int]],
-                  ordered: bool = False) -> Any:
+                  ordered: bool = False, prefix: str = "") -> Any:
     """One row per bucket; `ordered` keeps the given order (Quirke's S.., M.., N.. classes)
-    and adds each bucket's own nines."""
+    and adds each bucket's own nines. `prefix` renames the stored "S<k>" keys for display."""
     from rich.table import Table
 
     table = Table(title=title, title_justify="left")
@@ -52,7 +52,8 @@ def _bucket_table(title: str, label: str, buckets: dict[str, dict[str, int]],
         n, correct = int(buckets[key]["n"]), int(buckets[key]["correct"])
         em = percent(correct / n) if n else ""
         extra = [str(nines(n - correct, n))] if ordered else []
-        table.add_row(str(key), f"{n:,}", f"{correct:,}", f"{n - correct:,}", em, *extra)
+        shown = f"{prefix}{str(key)[1:]}" if prefix and str(key)[:1] == "S" else str(key)
+        table.add_row(shown, f"{n:,}", f"{correct:,}", f"{n - correct:,}", em, *extra)
     return table
 
 
@@ -100,9 +101,9 @@ def entry_detail(row: dict[str, Any]) -> Any:
             parts.append(_kv_table(title, row[key]))
     breakdown = row.get("breakdown") or {}
     heads = {**_titles(row.get("task")), "by_answer_len": ("By answer length", "digits")}
-    for key, (title, label) in heads.items():
+    for key, (title, label, *prefix) in heads.items():
         if breakdown.get(key):
-            parts.append(_bucket_table(title, label, breakdown[key]))
+            parts.append(_bucket_table(title, label, breakdown[key], prefix="".join(prefix)))
     if breakdown.get("by_class"):
         parts.append(_bucket_table("By Quirke class", "class", breakdown["by_class"],
                                    ordered=True))
@@ -117,13 +118,16 @@ def entry_detail(row: dict[str, Any]) -> Any:
     return Group(*parts)
 
 
-def _titles(task: str | None) -> dict[str, tuple[str, str]]:
+def _titles(task: str | None) -> dict[str, tuple[str, ...]]:
     """Breakdown headings: sorting reuses the carry/lengths buckets for inversions (S0 = already
     sorted, see core/sort_task.py) and the digit counts of its smallest and largest values."""
     if str(task or "").startswith("sort"):
-        return {"by_carry": ("By inversions (S0 = already sorted)", "inversions"),
+        return {"by_carry": ("By inversions (0 = already sorted)", "inversions", "inv "),
                 "by_lengths": ("By value lengths (smallest x largest)", "digits")}
-    return {"by_carry": ("By carry class", "class"), "by_lengths": ("By operand lengths", "lengths")}
+    # the longest run of carries (borrows), not Quirke's S0..S5 classes shown beside it
+    return {"by_carry": ("By longest carry chain (chain k: k carries in a row)", "chain",
+                         "chain "),
+            "by_lengths": ("By operand lengths", "lengths")}
 
 
 def _dash(x: Any) -> str:
@@ -153,8 +157,9 @@ def report_detail(report: Any) -> Any:
         "Wilson 95% lower": f"{d['wilson_lower']:.6f}",
     }
     heads = _titles(d["task"])
-    parts: list[Any] = [_kv_table("Verification", head), _bucket_table(*heads["by_carry"],
-                                                                       d["by_carry"])]
+    title, label, prefix = heads["by_carry"]
+    parts: list[Any] = [_kv_table("Verification", head),
+                        _bucket_table(title, label, d["by_carry"], prefix=prefix)]
     if d.get("by_class"):  # Quirke's classes, each with its own nines (add, sub, mix)
         parts.append(_bucket_table("By Quirke class", "class", d["by_class"], ordered=True))
     lengths = d["by_lengths"]
