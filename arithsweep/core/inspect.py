@@ -213,18 +213,14 @@ def draw(result: dict[str, Any], path: str | Path, views: dict[str, Any] | None 
     ax.legend(fontsize=6)
     if views is not None:
         pos, lens = views["by_position"], views["by_answer_len"]
-        lax[2].bar([p["label"] for p in pos], [p["accuracy"] for p in pos], color="#1a73e8")
-        lax[2].set_title("accuracy by answer position", fontsize=9)
+        n = max(1, int(views["problems"]))
+        _error_rates(lax[2], [p["label"] for p in pos], [p["accuracy"] for p in pos], n,
+                     "error rate by answer position", "#1a73e8")
         lax[2].tick_params(axis="x", labelsize=6, rotation=60)
-        lax[3].bar([str(r["answer_len"]) for r in lens], [r["exact_match"] for r in lens],
-                   color="#188038")
-        for i, r in enumerate(lens):  # how many problems each bar stands on
-            lax[3].text(i, min(r["exact_match"], 0.8) + 0.02, f"n={r['problems']:,}",
-                        ha="center", va="bottom", fontsize=6, rotation=90)
-        lax[3].set_title("exact match by answer length", fontsize=9)
+        _error_rates(lax[3], [str(r["answer_len"]) for r in lens],
+                     [r["exact_match"] for r in lens], n, "error rate by answer length",
+                     "#188038", [r["problems"] for r in lens])
         lax[3].set_xlabel("answer digits", fontsize=7)
-        for ax in lax[2:]:
-            ax.set_ylim(0, 1.05)
     verdict = "right" if result["correct"] else "WRONG"
     lines = [title or f"{result['task']} · member {result['member']}",
              f"{result['problem']} = {result['expected_answer']} · model says "
@@ -238,3 +234,21 @@ def draw(result: dict[str, Any], path: str | Path, views: dict[str, Any] | None 
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def _error_rates(ax, labels: list[str], accuracy: list[float], n: int, title: str, color: str,
+                 counts: list[int] | None = None) -> None:
+    """1 - accuracy on a log scale: 99.3% and 100% look the same on a 0-1 axis, here they are
+    two decades apart. No error at all sits on a floor below 1/n, marked 0."""
+    floor = 0.3 / n
+    errs = [max(1.0 - a, floor) for a in accuracy]
+    ax.semilogy(range(len(labels)), errs, marker="o", ls="", color=color)
+    ax.set_xticks(range(len(labels)), labels)
+    ax.axhline(0.01, color="#d93025", lw=0.8, ls="--")  # the 99% target
+    ax.set_ylim(floor / 2, 1.5)
+    for i, e in enumerate(errs):
+        if e == floor:
+            ax.text(i, floor * 1.3, "0", ha="center", va="bottom", fontsize=6)
+        if counts is not None:
+            ax.text(i, 1.1, f"n={counts[i]:,}", ha="center", va="top", fontsize=5, rotation=90)
+    ax.set_title(f"{title}\n(log; dashed: 1% = the 99% target)", fontsize=9)
