@@ -203,15 +203,15 @@ def verify_command(row: dict[str, Any], checkpoint_dir: str) -> str:
 
 def seeds_reached(row: dict[str, Any], config: dict[str, Any]) -> str:
     """Seeds that reached the target, as "reached/trained" (or "reached"), when the entry or its
-    checkpoint's config.json (meta, metrics) records `seeds_reached`; else blank, since a plain
-    `arithsweep train` checkpoint describes only its best seed."""
+    checkpoint's config.json (meta, metrics) records `seeds_reached`; else "not recorded" (a
+    checkpoint saved before the count was kept describes only its best seed)."""
     for source in (row, row.get("train_config") or {}, config.get("meta") or {},
                    config.get("metrics") or {}):
         reached = source.get("seeds_reached") if isinstance(source, dict) else None
         if reached is not None:
             trained = source.get("seeds_trained")
             return str(reached) if trained is None else f"{reached}/{trained}"
-    return ""
+    return "not recorded"
 
 
 def _sha256(path: Path) -> str:
