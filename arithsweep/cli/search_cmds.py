@@ -8,13 +8,12 @@
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import typer
 
-from arithsweep.cli.common import DB_HELP, TASK_HELP, err, out, print_json, table
+from arithsweep.cli.common import DB_HELP, TASK_HELP, out, print_json, table
 from arithsweep.core.errors import ArithsweepError
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
@@ -193,8 +192,6 @@ def ui(
         cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
                "--host", "127.0.0.1", "--port", str(port)]
         what = f"MLflow UI on http://127.0.0.1:{port} for {uri}"
-    err.print(f"{what} (Ctrl-C stops it)")
-    try:
-        raise SystemExit(subprocess.call(cmd))
-    except KeyboardInterrupt:
-        raise SystemExit(0) from None
+    from arithsweep.cli.serve import serve_until_stopped
+
+    raise SystemExit(serve_until_stopped(cmd, port, what))
