@@ -25,3 +25,4 @@ def test_digit_accuracy_is_the_best_live_seeds_mean_over_answer_positions():
     point = SimpleNamespace(position_acc=[[0.1, 0.3], [0.9, 0.5], [float("nan"), 0.2]])
     assert digit_accuracy(point) == 0.7
     assert digit_accuracy(SimpleNamespace(position_acc=[])) is None
+

@@ -37,12 +37,18 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from arithsweep import __version__
 from arithsweep.core.errors import ArithsweepError, ConfigError
 from arithsweep.search.options import SearchOptions, SearchSummary
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the arithsweep package
 TUNE_DIR = "tune"  # the Tune experiment's name inside the search directory
 
+
+# Bumped when what a search directory holds stops loading in a newer arithsweep (Tune pickles
+# the trainable's and searcher's classes by module path; spaces gain fields): 2 = the frontier
+# model family and list-valued train fields.
+SEARCH_FORMAT = 2
 
 def _abs_sqlite(path: Path) -> str:
     return f"sqlite:///{path.absolute()}"  # sqlite:////abs/path: workers' cwd never matters
@@ -93,7 +99,8 @@ def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = N
             "name": name, "task": task, "target": target, "space": space.name, "seed": opts.seed,
             "space_path": str((sdir / "space.yaml") if space.path.is_file() else space.path),
             "mlflow_uri": mlflow_uri, "optuna_storage": optuna_url, "options": asdict(opts),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S")})
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "arithsweep_version": __version__,
+            "search_format": SEARCH_FORMAT})
 
     with _quiet_logs():
         import ray
@@ -166,6 +173,14 @@ def _stored_options(sdir: Path, opts: SearchOptions) -> dict[str, Any]:
     if not meta.is_file():
         raise ConfigError(f"cannot resume {sdir.name!r}: no search.json in {sdir}")
     stored = json.loads(meta.read_text())
+    made = stored.get("search_format", 1)  # searches before the field: format 1
+    if made != SEARCH_FORMAT:
+        raise ConfigError(
+            f"cannot resume {sdir.name!r}: it was made by arithsweep "
+            f"{stored.get('arithsweep_version', 'before 0.1.0 search format 2')} (search format "
+            f"{made}) and this is {__version__} (format {SEARCH_FORMAT}), whose pickled Tune "
+            f"state and spaces differ; start a new search (its verified entries stay on the "
+            f"leaderboard)")
     for key, given in (("task", opts.task), ("target", opts.target)):
         if given is not None and given != stored.get(key):
             raise ConfigError(f"cannot resume {sdir.name!r} with {key}={given!r}: it was "
