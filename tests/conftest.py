@@ -24,7 +24,7 @@ def add2_trained(tmp_path_factory):
     every one of the 10^4 add2 problems right (checked exhaustively at each evaluation)."""
     from arithsweep.core.evaluate import exact_match
     from arithsweep.core.overrides import build_configs
-    from arithsweep.core.train import train
+    from arithsweep.core.population import train
 
     task, m, t = build_configs("add2", None, None, {**ADD2_MODEL, **ADD2_TRAIN})
     every = task.enumerate_all()

@@ -17,10 +17,10 @@ from arithsweep.core.errors import ConfigError
 from arithsweep.core.formats import fill_places
 from arithsweep.core.model import ArithTransformer, ModelConfig, count_params, param_breakdown
 from arithsweep.core.overrides import build_configs
-from arithsweep.core.population import PackAdamW
+from arithsweep.core.population import PackAdamW, train
 from arithsweep.core.recipe import curriculum_cap, grokfast_on
 from arithsweep.core.tasks import get_task
-from arithsweep.core.train import lr_at, train
+from arithsweep.core.train import lr_at
 
 # tbukic's shared base (reference/frontier-architectures.md): 1 layer, d 3, one head of width 4
 BASE = dict(vocab_size=10, n_ctx=34, d_model=3, n_heads=1, d_head=4, d_vhead=4, d_ff=2,

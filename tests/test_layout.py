@@ -82,3 +82,35 @@ def test_fast_paths_load_no_heavy_library(tmp_path):
     for argv in (["--help"], ["leaderboard", "--db", str(tmp_path / "none.db")]):
         r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
         assert "HEAVY []" in r.stderr, (argv, r.stderr[-2000:])
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """arithsweep module -> the arithsweep modules it imports (any level, any wing)."""
+    names = {".".join(p.relative_to(PKG.parent).with_suffix("").parts): p for p in _modules()}
+    graph: dict[str, set[str]] = {}
+    for name, path in names.items():
+        # `from arithsweep.core import weights` names a module too, not only a package
+        graph[name] = {m for m in _imports(path) if m in names and m != name}
+    return graph
+
+
+def test_no_import_circles_inside_the_wings():
+    """No module reaches itself through imports, function-level ones included: each wing's
+    modules stand in layers (core: population -> step -> train, leaderboard: publish ->
+    projects), so a newcomer can read them bottom-up."""
+    graph = _module_graph()
+    done: set[str] = set()
+
+    def visit(node: str, stack: list[str]) -> None:
+        if node in stack:
+            cycle = stack[stack.index(node):] + [node]
+            raise AssertionError("import circle: " + " -> ".join(cycle))
+        if node in done:
+            return
+        for nxt in sorted(graph.get(node, ())):
+            if not nxt.endswith("__init__"):
+                visit(nxt, [*stack, node])
+        done.add(node)
+
+    for module in sorted(graph):
+        visit(module, [])

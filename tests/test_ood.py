@@ -153,7 +153,7 @@ def test_abacus_model_trained_on_two_digits_runs_on_a_four_digit_grid(capsys, tm
     `arithsweep ood` on a 4 x 4 grid with a PNG. A short run on purpose (the CPU is shared):
     this checks the plumbing; how well a longer run generalises is for `arithsweep ood`."""
     from arithsweep.core.overrides import build_configs
-    from arithsweep.core.train import train
+    from arithsweep.core.population import train
 
     task, m, t = build_configs("add3", FMT, None, dict(
         pos="abacus", abacus_max=8, abacus_offset=2, d_model=16, n_heads=2, d_ff=32,

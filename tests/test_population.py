@@ -12,8 +12,7 @@ import torch
 import arithsweep.core.train as train_mod
 from arithsweep.core.errors import ConfigError
 from arithsweep.core.overrides import build_configs
-from arithsweep.core.population import PackAdamW, pack_key, train_population
-from arithsweep.core.train import train
+from arithsweep.core.population import PackAdamW, pack_key, train, train_population
 
 # per-proposal hyperparameters: lr, weight decay, clip (0 = off), warmup, cosine floor, seed
 PROPOSALS = [dict(lr=1e-2, weight_decay=0.01, grad_clip=1.0, warmup=10, seed=0),

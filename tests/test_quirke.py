@@ -158,7 +158,7 @@ def test_enriched_refuses_bad_input():
 def test_training_can_sample_enriched():
     from arithsweep.core.config import TrainConfig
     from arithsweep.core.overrides import build_configs
-    from arithsweep.core.train import train
+    from arithsweep.core.population import train
 
     task, m, t = build_configs("sub3", None, None, {
         "n_layers": 1, "d_model": 8, "n_heads": 1, "d_ff": 8, "steps": 3, "batch_size": 16,

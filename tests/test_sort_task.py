@@ -219,7 +219,7 @@ SORT_TRAIN = {"steps": 200, "batch_size": 128, "lr": 1e-2, "warmup": 50, "seeds"
 @pytest.fixture(scope="module")
 def sort_trained(tmp_path_factory):
     from arithsweep.core.overrides import build_configs
-    from arithsweep.core.train import train
+    from arithsweep.core.population import train
 
     task, m, t = build_configs("sort3", None, None, {**SORT_MODEL, **SORT_TRAIN})
     result = train(task, m, t)

@@ -14,9 +14,10 @@ from arithsweep.core.errors import ConfigError
 from arithsweep.core.evaluate import exact_match
 from arithsweep.core.model import ArithTransformer
 from arithsweep.core.overrides import build_configs
+from arithsweep.core.population import train
 from arithsweep.core.stats import Z95, wilson_lower, z_for
 from arithsweep.core.tasks import get_task
-from arithsweep.core.train import eval_problems, eval_size_of, lr_at, reached, train
+from arithsweep.core.train import eval_problems, eval_size_of, lr_at, reached
 
 
 def test_add2_reaches_100_percent_on_all_problems(add2_trained):
@@ -189,6 +190,6 @@ def test_train_config_validation_names_the_field(field, value, word):
 
 def test_model_that_does_not_fit_the_task_is_refused():
     task, m, t = _tiny()
-    m.vocab_size += 1
-    with pytest.raises(ConfigError, match="does not fit task"):
+    m.vocab_size -= 1  # a table too small for the task's tokens (a larger one is allowed:
+    with pytest.raises(ConfigError, match="does not fit task"):  # a published model's own)
         train(task, m, t)

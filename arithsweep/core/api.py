@@ -23,8 +23,9 @@ from arithsweep.core.config import TrainConfig
 from arithsweep.core.confirm import FullCheck
 from arithsweep.core.evaluate import greedy_decode
 from arithsweep.core.model import ModelConfig, count_params, param_breakdown
+from arithsweep.core.population import train
 from arithsweep.core.tasks import Task
-from arithsweep.core.train import EvalPoint, TrainResult, train
+from arithsweep.core.train import EvalPoint, TrainResult
 
 
 def _progress(enabled: bool):

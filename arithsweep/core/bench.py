@@ -33,9 +33,9 @@ import torch
 from arithsweep.core.config import TrainConfig
 from arithsweep.core.evaluate import exact_match, greedy_decode
 from arithsweep.core.model import ArithTransformer, ModelConfig, count_params
-from arithsweep.core.population import train_population
+from arithsweep.core.population import train, train_population
 from arithsweep.core.tasks import get_task
-from arithsweep.core.train import resolve_device, train
+from arithsweep.core.train import resolve_device
 
 BENCH_TASK = "add10"
 

@@ -322,3 +322,16 @@ def _lbfgs_and_score(model, task, cfgs, results, offs, counts, alive, eval_set, 
                   [float("nan")] * n, pos_acc[o:o + n], elapsed, eval_set.n,
                   step, on_eval)
         r.stop_reason = stop_reason or r.stop_reason
+
+
+def train(
+    task: Task,
+    model_cfg: ModelConfig,
+    cfg: TrainConfig,
+    on_eval: Callable[[T.EvalPoint, T.TrainResult], bool | None] | None = None,
+    on_step: Callable[[int, int], None] | None = None,
+) -> T.TrainResult:
+    """Train cfg.seeds seeds of `model_cfg` on `task`: a pack of one proposal. `on_eval` may
+    return True to stop."""
+    cb = None if on_eval is None else (lambda _j, point, result: on_eval(point, result))
+    return train_population(task, model_cfg, [cfg], cb, on_step)[0]

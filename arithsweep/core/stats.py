@@ -4,6 +4,7 @@
   for accuracies at or near 100% where the normal approximation claims certainty;
 - `z_for`: the two-sided normal quantile for a given alpha, so that a bound taken over the best
   of K seeds can be Bonferroni-corrected (alpha / K);
+- `percent`: exact match as shown everywhere, 4 decimals rounded down (never a false 100%);
 - `nines`: Quirke's tiers ("at most 1 failure per 10**6 problems = six nines"), counted with
   integers only so that float rounding can never award a tier.
 
@@ -16,6 +17,7 @@ Pure standard library: `arithsweep leaderboard` imports it without torch.
 from __future__ import annotations
 
 import math
+from decimal import ROUND_DOWN, Decimal
 from statistics import NormalDist
 
 from arithsweep.core.errors import ArithsweepError
@@ -58,3 +60,14 @@ def nines(failures: int, n: int) -> int:
     while unit * 10 ** (k + 1) <= n:
         k += 1
     return k
+
+
+def percent(x: float | None) -> str:
+    """Exact match as a percentage with 4 decimals, rounded down: 0.9999999 -> "99.9999%".
+
+    Rounded down so that a model with failures never shows as 100.0000%; via Decimal(repr)
+    so that 0.99 stays 99.0000% and does not become 98.9999%.
+    """
+    if x is None:
+        return ""
+    return f"{(Decimal(repr(float(x))) * 100).quantize(Decimal('0.0001'), ROUND_DOWN)}%"

@@ -29,6 +29,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from arithsweep.core.train import _clip_and_guard
+
 WARMUP = 3  # eager steps before capture: lazy state (grokfast EMA, cuBLAS handles) is made
 
 LossFn = Callable[..., Tensor]
@@ -60,13 +62,11 @@ class PackStep:
     def __init__(self, model, opt, loss_fn: LossFn, clip: Tensor, alive: Tensor,
                  running: Tensor, loss_sum: Tensor, start: int, batch_size: int, n_micro: int,
                  grokfast=None, blocker: str | None = "not requested") -> None:
-        from arithsweep.core.train import _clip_and_guard  # one clipping rule for every path
-
         self.model, self.opt, self.loss_fn, self.clip = model, opt, loss_fn, clip
         self.alive, self.running, self.loss_sum = alive, running, loss_sum
         self.start, self.batch_size, self.n_micro = start, batch_size, n_micro
         self.grokfast = grokfast
-        self._clip_and_guard = _clip_and_guard
+        self._clip_and_guard = _clip_and_guard  # one clipping rule for every path
         self.mode = "eager" if blocker else "warmup"  # -> "captured" after WARMUP steps
         self.reason = blocker  # why eager, for logs and the bench
         self.done = 0

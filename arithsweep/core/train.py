@@ -6,10 +6,12 @@ and its own NaN guard (a seed whose loss goes non-finite is marked failed, the r
 Seed i of a pack is `cfg.seed + i` for both init and data, so it trains the same whether it
 runs alone or in a pack. Loss is on answer tokens only; exact match of every seed is measured
 every `eval_every` steps on held-out problems that the training stream never draws.
-The loop, the per-member AdamW and the stopping rule live in population.py
-(`train_population`, many proposals of one shape in one pack); `train()` is a pack of one.
+This module holds the pieces (results, schedule, data streams, loss, clipping); the loop, the
+per-member AdamW and the stopping rule live in population.py (`train_population`, many
+proposals of one shape in one pack), and `population.train` is a pack of one. Imports run one
+way: population -> step -> train.
 
-    from arithsweep.core.train import train
+    from arithsweep.core.population import train
     result = train(get_task("add3"), model_cfg, TrainConfig(seeds=4))
     result.save_best("runs/add3/best")
 """
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -301,19 +302,3 @@ def _clip_and_guard(model: ArithTransformer, clip: float | torch.Tensor,
     for g in grads:
         g.nan_to_num_(0.0, 0.0, 0.0).mul_(scale.view(-1, *([1] * (g.dim() - 1))))
 
-
-def train(
-    task: Task,
-    model_cfg: ModelConfig,
-    cfg: TrainConfig,
-    on_eval: Callable[[EvalPoint, TrainResult], bool | None] | None = None,
-    on_step: Callable[[int, int], None] | None = None,
-) -> TrainResult:
-    """Train cfg.seeds seeds of `model_cfg` on `task`. `on_eval` may return True to stop.
-
-    A pack of one proposal: the loop, the optimiser and the stopping rule live in
-    population.train_population, which trains many proposals of one shape at once."""
-    from arithsweep.core.population import train_population  # it imports this module
-
-    cb = None if on_eval is None else (lambda _j, point, result: on_eval(point, result))
-    return train_population(task, model_cfg, [cfg], cb, on_step)[0]

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from arithsweep.core.stats import nines
+from arithsweep.core.stats import nines, percent
 
 PICTURES = "pictures"  # beside LEADERBOARD.md; committed by hand, linked when present
 # (ood-*: `arithsweep ood --png`; inspect-*: `arithsweep inspect --png`; frontier-<task>*: a
@@ -121,7 +121,6 @@ PROJECTS: tuple[Project, ...] = (
 def _percent(x: Any) -> str:
     # publish's own rounding (down, so a model with failures never shows 100%); imported here
     # because publish imports this module
-    from arithsweep.leaderboard.publish import percent
 
     return percent(x)
 

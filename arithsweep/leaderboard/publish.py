@@ -34,12 +34,12 @@ import re
 import shlex
 import shutil
 import tempfile
-from decimal import ROUND_DOWN, Decimal
 from pathlib import Path
 from typing import Any
 
 from arithsweep import __version__
 from arithsweep.core.errors import ArithsweepError
+from arithsweep.core.stats import percent  # noqa: F401 - re-exported: callers format with it
 from arithsweep.leaderboard.projects import project_sections
 
 # Columns of every human-facing table (markdown, Rich); `cells` renders one row.
@@ -67,15 +67,6 @@ PUBLISHED_COLUMNS = ("task", "params", "exact match", "nines", "problems checked
 _DIR_NAME = re.compile(r"[A-Za-z0-9_.+-]+-\d+-[0-9a-f]{8}")
 
 
-def percent(x: float | None) -> str:
-    """Exact match as a percentage with 4 decimals, rounded down: 0.9999999 -> "99.9999%".
-
-    Rounded down so that a model with failures never shows as 100.0000%; via Decimal(repr)
-    so that 0.99 stays 99.0000% and does not become 98.9999%.
-    """
-    if x is None:
-        return ""
-    return f"{(Decimal(repr(float(x))) * 100).quantize(Decimal('0.0001'), ROUND_DOWN)}%"
 
 
 def _date(row: dict[str, Any]) -> str:

@@ -1,7 +1,7 @@
 """The Ray Tune function trainable: one search trial = one architecture, trained in rounds.
 
 Runs inside a Ray worker. Round 1 trains the proposal's K seeds as one pack with
-`arithsweep.core.train.train`; every evaluation is reported to Tune (`tune.report`), with a
+`arithsweep.core.population.train`; every evaluation is reported to Tune (`tune.report`), with a
 checkpoint of the best seed whenever the trial's best exact match improves. A trial stops on
 its own curve, never because a model of another size is ahead of it:
 
@@ -138,7 +138,7 @@ class _Trial:
         self.stop_reason = ""
 
     def run(self) -> None:
-        from arithsweep.core.train import train
+        from arithsweep.core.population import train
 
         cfg = self.setup.train_cfg
         rounds = 1 + int(self.const.get("extra_rounds", 1) or 0)
