@@ -124,6 +124,9 @@ def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = N
                            experiment_id, parent_run)
             summary = _finish(opts, name, sdir, task, target, results, mlflow_uri,
                               experiment_id, optuna_url, state)
+            from arithsweep.search.searcher import retire_waiting
+
+            retire_waiting(name, optuna_url)
         except BaseException:
             # Killed or broken: the parent run says so; `resume` continues where Tune saved.
             tracking.mlflow_client(mlflow_uri).set_terminated(parent_run, "KILLED")

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from collections.abc import Callable
 
 import optuna
@@ -71,6 +72,10 @@ class ConstrainedOptunaSearch(OptunaSearch):
             storage_url, engine_kwargs={"connect_args": {"timeout": 60}})
         super().__init__(space=space, metric="params", mode="min", study_name=study_name,
                          storage=storage, seed=seed)
+        with warnings.catch_warnings():  # experimental in some Optuna releases
+            warnings.simplefilter("ignore")
+            # optuna-dashboard shows this name instead of "Objective 0"
+            self._ot_study.set_metric_names(["parameters"])
         if start and not self._ot_study.trials:  # a new study tries the space's start points
             for point in start:
                 self._ot_study.enqueue_trial(point, skip_if_exists=True)
@@ -299,3 +304,16 @@ class BudgetedSearchGenerator(SearchGenerator):
 
     def is_finished(self) -> bool:
         return super().is_finished() or run_settings.past_deadline(self._name)
+
+
+def retire_waiting(study_name: str, storage_url: str) -> int:
+    """At the end of a search: proposals still queued (shrink moves, start points never run)
+    become FAIL with a note, so the finished study shows none WAITING forever. Returns how
+    many."""
+    study = optuna.load_study(study_name=study_name, storage=storage_url)
+    waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+    for t in waiting:
+        study._storage.set_trial_system_attr(t._trial_id, "arithsweep.note",
+                                             "queued, not run: the search ended first")
+        study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+    return len(waiting)

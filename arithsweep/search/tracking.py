@@ -205,6 +205,15 @@ def mlflow_setup(uri: str, root: Path, task: str, name: str, space: str, target:
         exp_id = client.create_experiment(exp_name, artifact_location=loc)
     else:
         exp_id = exp.experiment_id
+    # The UI opens an experiment of unknown kind on its GenAI overview ("Traces 0"): say it is
+    # model development, so a user lands on the trial runs; and say what the runs are.
+    client.set_experiment_tag(exp_id, "mlflow.experimentKind", "custom_model_development")
+    client.set_experiment_tag(exp_id, "mlflow.note.content", (
+        f"arithsweep searches for {task}: one run per search (tag arithsweep.kind = search) "
+        f"with one child run per trained proposal (params = the model and train config, "
+        f"metrics = exact match and loss per evaluation, tags = stop reason, feasibility and "
+        f"the leaderboard entry when verified). The Default experiment beside this one is "
+        f"MLflow's own and stays empty."))
     found = resume and client.search_runs([exp_id], filter_string=(
         f"tags.`{TAG_SEARCH}` = '{name}' and tags.`{TAG_KIND}` = 'search'"))
     if found:  # a resumed search keeps its parent run
