@@ -104,7 +104,8 @@ def test_defaults_and_qualifies():
     assert make_report(exact_match=0.99, target=0.99).qualifies  # >=, not >
     assert r.correct == 999
     assert "777 params" in r.summary()
-    assert set(r.breakdown()) == {"by_carry", "by_lengths", "by_answer_len", "by_class"}
+    assert set(r.breakdown()) == {"by_carry", "by_lengths", "by_answer_len", "by_class",
+                                    "by_special"}
 
 
 def test_from_dict_errors_are_one_line():

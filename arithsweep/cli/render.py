@@ -16,6 +16,7 @@ import json
 import re
 from typing import Any
 
+from arithsweep.core.stats import class_health
 from arithsweep.leaderboard.publish import COLUMNS, RIGHT_ALIGNED, cells, percent
 from arithsweep.leaderboard.report import nines
 
@@ -160,6 +161,17 @@ def report_detail(report: Any) -> Any:
     title, label, prefix = heads["by_carry"]
     parts: list[Any] = [_kv_table("Verification", head),
                         _bucket_table(title, label, d["by_carry"], prefix=prefix)]
+    health = class_health({k: d.get(k) or {} for k in ("by_lengths", "by_answer_len",
+                                                        "by_class", "by_special")})
+    weak = [h for h in health if h[2] < 0.5]
+    if weak:  # a natural class the headline figure hides
+        lines = [f"{name}: {em:.2%} of {n:,} ({'fails entirely' if em == 0 else 'fails mostly'})"
+                 for name, n, em in weak]
+        parts.append(Panel(Text("\n".join(lines)), title="Classes that fail",
+                           title_align="left", expand=False, border_style="red"))
+    elif health:
+        name, n, em = health[0]
+        parts.append(Text(f"worst class: {name}, {percent(em)} of {n:,}"))
     if d.get("by_class"):  # Quirke's classes, each with its own nines (add, sub, mix)
         parts.append(_bucket_table("By Quirke class", "class", d["by_class"], ordered=True))
     lengths = d["by_lengths"]

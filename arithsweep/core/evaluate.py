@@ -213,4 +213,18 @@ def breakdown(
     }
     if supported(task):
         parts["by_class"] = _bucket(quirke_class(task, a, b, op), correct, class_names(task))
+    if getattr(task, "op", None) in ("add", "sub", "mix", "mul"):
+        parts["by_special"] = _special(correct, cls, a, b, task.answer(a, b, op), nd)
     return parts
+
+
+def _special(correct: torch.Tensor, cls: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+             result: torch.Tensor, n_digits: int) -> dict[str, tuple[int, int]]:
+    """Natural classes a whole-suite figure can hide (a sub model that answers no problem
+    whose result is 0 still scored 99.19%): result 0, an operand of all nines, the longest
+    carry chains. Overlapping, unlike the other breakdowns."""
+    top = 10**n_digits - 1
+    masks = {"result 0": result == 0, "an operand all nines": (a == top) | (b == top),
+             "the longest carry chains": cls == (int(cls.max()) if cls.numel() else 0)}
+    c = correct.bool()
+    return {k: (int(m.sum()), int((m & c).sum())) for k, m in masks.items() if bool(m.any())}

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from decimal import ROUND_DOWN, Decimal
 from statistics import NormalDist
+from typing import Any
 
 from arithsweep.core.errors import ArithsweepError
 
@@ -71,3 +72,26 @@ def percent(x: float | None) -> str:
     if x is None:
         return ""
     return f"{(Decimal(repr(float(x))) * 100).quantize(Decimal('0.0001'), ROUND_DOWN)}%"
+
+
+# How verify and LEADERBOARD.md name a breakdown's buckets.
+_BREAKDOWN_NAMES = {"by_lengths": "operand lengths {k}",
+                    "by_answer_len": "{k}-digit answers", "by_class": "Quirke class {k}",
+                    "by_special": "{k}"}
+
+
+def class_health(breakdown: dict[str, dict[str, Any]], min_problems: int = 10,
+                 ) -> list[tuple[str, int, float]]:
+    """Every bucket of a verification breakdown with at least `min_problems` problems, worst
+    exact match first: (name, problems, exact match). `breakdown` maps each breakdown
+    ("by_carry", ...) to {key: {"n": problems, "correct": correct}} (or Bucket-likes)."""
+    out = []
+    for part, buckets in (breakdown or {}).items():
+        label = _BREAKDOWN_NAMES.get(part)
+        if label is None or part == "by_carry":
+            continue  # by_special holds the longest chains; sorting reuses it for inversions
+        for key, b in buckets.items():
+            n, c = (b["n"], b["correct"]) if isinstance(b, dict) else (b.n, b.correct)
+            if n >= min_problems:
+                out.append((label.format(k=key), int(n), c / n))
+    return sorted(out, key=lambda x: (x[2], -x[1]))

@@ -39,7 +39,7 @@ from typing import Any
 
 from arithsweep import __version__
 from arithsweep.core.errors import ArithsweepError
-from arithsweep.core.stats import percent  # noqa: F401 - re-exported: callers format with it
+from arithsweep.core.stats import class_health, percent
 from arithsweep.leaderboard.projects import project_sections
 
 # Columns of every human-facing table (markdown, Rich); `cells` renders one row.
@@ -192,6 +192,17 @@ def verify_command(row: dict[str, Any], checkpoint_dir: str) -> str:
     return shlex.join(parts)
 
 
+def _worst_line(row: dict[str, Any]) -> list[str]:
+    """The entry's weakest natural class (result 0, all-nines operands, longest carry chains,
+    operand and answer lengths, Quirke classes), which its headline figure can hide."""
+    health = class_health(row.get("breakdown") or {})
+    if not health:
+        return []
+    name, n, em = health[0]
+    verdict = " (fails entirely)" if em == 0 else " (fails mostly)" if em < 0.5 else ""
+    return ["", f"Worst class: {name}, {percent(em)} of {_count(n)}{verdict}."]
+
+
 def seeds_reached(row: dict[str, Any], config: dict[str, Any]) -> str:
     """Seeds that reached the target, as "reached/trained" (or "reached"), when the entry or its
     checkpoint's config.json (meta, metrics) records `seeds_reached`; else "not recorded" (a
@@ -281,7 +292,7 @@ def leaderboard_markdown(
             f"{_count(row.get('n_problems'))} problems ({_count(row.get('n_failures'))} failed, "
             f"suite {row.get('suite')}, target {row.get('target')}), verified "
             f"{str(row.get('verified_at') or row.get('created_at') or '')[:10]}; weights "
-            f"sha256 `{row.get('sha256')}`.",
+            f"sha256 `{row.get('sha256')}`.", *_worst_line(row),
             "", "Retrain it:", "", "```sh",
             published_reproduce(row, f"{folder}/config.json"), "```",
             "", "Re-verify the published weights:", "", "```sh",

@@ -69,7 +69,7 @@ def _buckets_from_dict(d: dict[str, Any]) -> dict[str, Bucket]:
     return {str(k): v if isinstance(v, Bucket) else Bucket.from_dict(v) for k, v in d.items()}
 
 
-_BUCKET_FIELDS = ("by_carry", "by_lengths", "by_answer_len", "by_class")
+_BUCKET_FIELDS = ("by_carry", "by_lengths", "by_answer_len", "by_class", "by_special")
 _SCALARS = {
     "target": float, "params": int, "exact_match": float, "n_problems": int, "n_failures": int,
     "nines": int, "wilson_lower": float, "suite_seed": int, "suite_size": int, "seed": int,
@@ -109,6 +109,8 @@ class VerificationReport:
     by_lengths: dict[str, Bucket] = field(default_factory=dict)  # "3x2": operand digit lengths
     by_answer_len: dict[str, Bucket] = field(default_factory=dict)
     by_class: dict[str, Bucket] = field(default_factory=dict)  # Quirke's S0.., M0.., N1..
+    # result 0, an operand all nines, the longest carry chains (overlapping; see evaluate)
+    by_special: dict[str, Bucket] = field(default_factory=dict)
     suite: str = SUITE
     suite_seed: int = 0
     suite_size: int = 0
