@@ -198,6 +198,7 @@ def _ray_up(opts: SearchOptions) -> bool:
     if ray.is_initialized():
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # the same choice for MLflow
     # Workers import arithsweep by name (the trainable and callbacks are pickled by reference).
     path = [str(_PACKAGE_DIR.parent), os.environ.get("PYTHONPATH", "")]
     env = {"PYTHONPATH": os.pathsep.join(p for p in path if p)}
