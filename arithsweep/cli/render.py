@@ -169,7 +169,7 @@ def report_detail(report: Any) -> Any:
                  for name, n, em in weak]
         parts.append(Panel(Text("\n".join(lines)), title="Classes that fail",
                            title_align="left", expand=False, border_style="red"))
-    elif health:
+    elif health and health[0][2] < 1.0:
         name, n, em = health[0]
         parts.append(Text(f"worst class: {name}, {percent(em)} of {n:,}"))
     if d.get("by_class"):  # Quirke's classes, each with its own nines (add, sub, mix)

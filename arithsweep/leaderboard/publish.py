@@ -199,6 +199,8 @@ def _worst_line(row: dict[str, Any]) -> list[str]:
     if not health:
         return []
     name, n, em = health[0]
+    if em == 1.0:
+        return ["", "Worst class: none, every class exact."]
     verdict = " (fails entirely)" if em == 0 else " (fails mostly)" if em < 0.5 else ""
     return ["", f"Worst class: {name}, {percent(em)} of {_count(n)}{verdict}."]
 
