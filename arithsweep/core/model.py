@@ -3,7 +3,9 @@
 `ModelConfig` is the one validated description of an architecture; `ArithTransformer` holds a
 *population* of K independent models of that architecture (every weight has a leading K dim)
 so that K seeds train at the cost of about one; `count_params` counts the unique trainable
-values of one member after tying (fixed encodings count zero).
+values of one member after tying (fixed encodings count zero). The frontier options' ties
+(K, V, O from Q, an arc embedding, MLP ties, split token/position parts) are owned or derived
+weights built in `core/weights.py`; layer primitives are in `core/layers.py`.
 
     from arithsweep.core.model import ArithTransformer, ModelConfig, count_params
     model = ArithTransformer(ModelConfig(vocab_size=14, n_ctx=35), k=4, seeds=[0, 1, 2, 3])
