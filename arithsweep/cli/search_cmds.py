@@ -192,6 +192,21 @@ def ui(
         cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
                "--host", "127.0.0.1", "--port", str(port)]
         what = f"MLflow UI on http://127.0.0.1:{port} for {uri}"
+        pages = _runs_pages(uri)
     from arithsweep.cli.serve import serve_until_stopped
 
-    raise SystemExit(serve_until_stopped(cmd, port, what))
+    raise SystemExit(serve_until_stopped(cmd, port, what, pages if optuna is None else []))
+
+
+def _runs_pages(uri: str) -> list[str]:
+    """URL fragments of each arithsweep experiment's run table: MLflow 3's UI may open an
+    experiment on its GenAI overview whatever the experiment says, so `ui` prints the links
+    that land on the trial runs."""
+    try:
+        from mlflow import MlflowClient
+
+        exps = MlflowClient(tracking_uri=uri).search_experiments(
+            filter_string="name LIKE 'arithsweep-%'")
+    except Exception:  # an unreadable store: the server will say so itself
+        return []
+    return [f"#/experiments/{e.experiment_id}/runs  ({e.name})" for e in exps]

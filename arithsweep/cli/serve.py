@@ -57,9 +57,10 @@ def _stop_group(proc: subprocess.Popen) -> None:
         return
 
 
-def serve_until_stopped(cmd: list[str], port: int, what: str) -> int:
+def serve_until_stopped(cmd: list[str], port: int, what: str, pages: list[str] = ()) -> int:
     """Start `cmd` (a server on 127.0.0.1:`port`) and block until it exits or we are told to
-    stop; returns the exit code for the CLI (0 when stopped by a signal)."""
+    stop; returns the exit code for the CLI (0 when stopped by a signal). `pages`: URL
+    fragments to print once the server answers."""
     if not 1 <= port <= 65535:
         raise ArithsweepError(f"--port {port}: must be in 1..65535")
     if not port_free(port):
@@ -80,6 +81,8 @@ def serve_until_stopped(cmd: list[str], port: int, what: str) -> int:
             if not ready and _answers(port):
                 ready = True
                 err.print(f"ready: http://127.0.0.1:{port}")
+                for page in pages:
+                    err.print(f"  http://127.0.0.1:{port}/{page}")
             elif not ready and time.monotonic() - start > READY_WAIT:
                 ready = True
                 err.print(f"still starting after {READY_WAIT:.0f} s; it may be slow to load")
