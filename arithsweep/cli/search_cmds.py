@@ -192,6 +192,9 @@ def ui(
         cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
                "--host", "127.0.0.1", "--port", str(port)]
         what = f"MLflow UI on http://127.0.0.1:{port} for {uri}"
+        from arithsweep.cli.serve import check_port
+
+        check_port(port)  # before reading the store: a taken port is the one thing to say
         pages = _runs_pages(uri)
     from arithsweep.cli.serve import serve_until_stopped
 

@@ -34,6 +34,13 @@ def port_free(port: int, host: str = "127.0.0.1") -> bool:
     return True
 
 
+def check_port(port: int) -> None:
+    if not 1 <= port <= 65535:
+        raise ArithsweepError(f"--port {port}: must be in 1..65535")
+    if not port_free(port):
+        raise ArithsweepError(f"port {port} on 127.0.0.1 is in use: pass another --port")
+
+
 def _answers(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(0.5)
@@ -61,10 +68,7 @@ def serve_until_stopped(cmd: list[str], port: int, what: str, pages: list[str] =
     """Start `cmd` (a server on 127.0.0.1:`port`) and block until it exits or we are told to
     stop; returns the exit code for the CLI (0 when stopped by a signal). `pages`: URL
     fragments to print once the server answers."""
-    if not 1 <= port <= 65535:
-        raise ArithsweepError(f"--port {port}: must be in 1..65535")
-    if not port_free(port):
-        raise ArithsweepError(f"port {port} on 127.0.0.1 is in use: pass another --port")
+    check_port(port)
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
     proc = subprocess.Popen(cmd, env=env, start_new_session=True)
     stopping: list[int] = []
