@@ -134,6 +134,12 @@ def test_search_verifies_at_once_and_never_trains_what_cannot_win(ray_local, tmp
     assert len(skipped) == len(s.skipped)
     assert all(t.constraints["exact_match"] > 0 for t in skipped)  # never feasible untrained
     assert study.best_trial.value == s.incumbent
+    # optuna-dashboard reads the list form: without it the infeasible trials drew its best line
+    from optuna_dashboard._serializer import serialize_frozen_trial
+
+    for t in study.trials:
+        shown = serialize_frozen_trial(study._study_id, t, {})["constraints"]
+        assert shown == [t.constraints["exact_match"]]
 
     # MLflow: one finished run per trained trial (none for skipped ones), verified tag
     client, runs = _trial_runs(s)

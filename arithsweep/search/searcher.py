@@ -43,6 +43,9 @@ from arithsweep.search.packs import PROPOSALS, TRIAL_NUMBER
 log = logging.getLogger(__name__)
 
 CONSTRAINT = "exact_match"  # Optuna constraint name: target - best_em, feasible when <= 0
+# Optuna's older list form of constraints; optuna-dashboard (0.21) reads only this one, so
+# without it the dashboard's best-value line counts infeasible trials as the best
+LIST_CONSTRAINTS = "constraints"
 MAX_SKIPS = 200  # proposals in a row above the bound before the space counts as exhausted
 
 
@@ -185,7 +188,7 @@ class ConstrainedOptunaSearch(OptunaSearch):
             val = mine.get("params")
             violation = self._violation(mine, error)
             try:
-                ot_trial.set_constraint(CONSTRAINT, violation)
+                self._constrain(ot_trial, violation)
                 ot_trial.set_user_attr("best_em", float(mine.get("best_em", 0.0) or 0.0))
                 ot_trial.set_user_attr("errored", bool(error))
                 if error or val is None:
@@ -198,6 +201,15 @@ class ConstrainedOptunaSearch(OptunaSearch):
                 log.warning("could not tell proposal %s of %s: %s", ot_trial.number,
                             trial_id, exc)
         self._completed_trials.add(trial_id)
+
+    @staticmethod
+    def _constrain(ot_trial: optuna.Trial, violation: float) -> None:
+        """Write the constraint in both forms: named for Optuna, a one-item list for
+        optuna-dashboard's feasible/infeasible history and best line. Optuna reads both as
+        constraints of equal value, so feasibility and TPE's ranking are unchanged."""
+        ot_trial.set_constraint(CONSTRAINT, violation)
+        ot_trial.storage.set_trial_system_attr(ot_trial._trial_id, LIST_CONSTRAINTS,
+                                               [float(violation)])
 
     def _violation(self, seen: dict, error: bool) -> float:
         """Optuna constraint value: target - best exact match, > 0 when infeasible."""
@@ -219,7 +231,7 @@ class ConstrainedOptunaSearch(OptunaSearch):
         try:
             ot_trial.set_user_attr("skipped", True)
             ot_trial.set_user_attr("params", params)
-            ot_trial.set_constraint(CONSTRAINT, self._target)  # as if it scored 0
+            self._constrain(ot_trial, self._target)  # as if it scored 0
             self._ot_study.tell(ot_trial, params)
         except Exception as exc:  # a storage hiccup must not end the search
             log.warning("could not tell skipped proposal %s: %s", ot_trial.number, exc)
@@ -254,7 +266,7 @@ class ConstrainedOptunaSearch(OptunaSearch):
                 best_em = 0.0
             violation = self._violation(seen, error)
             try:
-                ot_trial.set_constraint(CONSTRAINT, violation)
+                self._constrain(ot_trial, violation)
                 ot_trial.set_user_attr("best_em", best_em)
                 ot_trial.set_user_attr("errored", bool(error))
             except Exception as exc:  # a storage hiccup must not end the search
