@@ -103,3 +103,7 @@ def test_publish_to_an_absolute_dir_writes_no_absolute_paths(tmp_path):
     assert run("publish", "--dir", str(dest), "--db", str(db)).returncode == 0
     text = (dest / "LEADERBOARD.md").read_text()
     assert str(tmp_path) not in text and "arithsweep verify board/checkpoints/add2-216" in text
+
+
+def test_bench_on_an_unknown_device_is_one_line():
+    one_error_line(run("bench", "--device", "tpu"), "--device", "tpu")
