@@ -23,7 +23,7 @@ from arithsweep.search.spaces import (
 )
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-SHIPPED = ("abacus", "adderboard", "quirke", "sort", "tiny")
+SHIPPED = ("abacus", "adderboard", "mul", "quirke", "sort", "tiny")
 
 
 def _write(tmp_path: Path, text: str, name: str = "myspace.yaml") -> Path:
@@ -410,9 +410,9 @@ def test_default_space_follows_the_task():
 
     assert [default_space(t) for t in ("add2", "add3", "mul2", "sort3", "sub3", "mix2", "add6",
                                        "add10", "ADD10")] == [
-        "tiny", "tiny", "tiny", "sort", "quirke", "quirke", "adderboard", "adderboard",
+        "tiny", "tiny", "mul", "sort", "quirke", "quirke", "adderboard", "adderboard",
         "adderboard"]
-    assert all(default_space(t) in SHIPPED for t in ("add3", "sort2", "sub3", "add10"))
+    assert all(default_space(t) in SHIPPED for t in ("add3", "sort2", "sub3", "add10", "mul3"))
 
 
 def test_list_fields_take_one_fixed_value(tmp_path: Path) -> None:

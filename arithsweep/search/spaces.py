@@ -153,8 +153,8 @@ def shipped_space_names() -> list[str]:
 
 def default_space(task: str) -> str:
     """The shipped space a search uses when none is named: the one made for that kind of task
-    (sorting; Quirke's sub/mix; 6+ digit addition, whose tiny 1-layer widths tiny cannot
-    reach; everything else the small-task space)."""
+    (sorting; Quirke's sub/mix; multiplication; 6+ digit addition, whose tiny 1-layer widths
+    tiny cannot reach; everything else the small-task space)."""
     from arithsweep.core.tasks import get_task  # the one task-name parser; torch, so lazily
 
     t = get_task(task)
@@ -162,6 +162,8 @@ def default_space(task: str) -> str:
         return "sort"
     if t.op in ("sub", "mix"):
         return "quirke"
+    if t.op == "mul":
+        return "mul"
     return "adderboard" if t.op == "add" and t.n_digits >= 6 else "tiny"
 
 
