@@ -61,7 +61,7 @@ def test_unwritable_outputs_are_one_line(tmp_path):
 def test_the_published_add10_adder_passes_adderboards_protocol(tmp_path):
     """The published add10 entry, exported as AdderBoard takes it, answers AdderBoard's own
     problems (the first 200 of its 10,010 here; publish ran all of them)."""
-    from arithsweep.core.checkpoint import load_checkpoint, sha256_file
+    from arithsweep.core.model.checkpoint import load_checkpoint, sha256_file
     from arithsweep.leaderboard.adderboard import export_adderboard
     from arithsweep.leaderboard.adderboard_check import check_submission
 

@@ -12,14 +12,20 @@ from dataclasses import replace
 import pytest
 import torch
 
-from arithsweep.core.checkpoint import save_checkpoint
 from arithsweep.core.config import TrainConfig
+from arithsweep.core.data.tasks import get_task
 from arithsweep.core.errors import ConfigError
-from arithsweep.core.evaluate import exact_match, greedy_decode
-from arithsweep.core.model import ArithTransformer, ModelConfig
-from arithsweep.core.ood import cell_problems, generalises_to, ood_grid, widen, with_loops
-from arithsweep.core.tasks import get_task
-from arithsweep.core.train import _DataStream, eval_problems
+from arithsweep.core.evaluation.evaluate import exact_match, greedy_decode
+from arithsweep.core.evaluation.ood import (
+    cell_problems,
+    generalises_to,
+    ood_grid,
+    widen,
+    with_loops,
+)
+from arithsweep.core.model.checkpoint import save_checkpoint
+from arithsweep.core.model.model import ArithTransformer, ModelConfig
+from arithsweep.core.training.train import _DataStream, eval_problems
 from tests.test_cli import run
 
 FMT = "nopad,revops,revans"  # the paper's setting: reversed operands and answer, no padding
@@ -153,7 +159,7 @@ def test_abacus_model_trained_on_two_digits_runs_on_a_four_digit_grid(capsys, tm
     `arithsweep ood` on a 4 x 4 grid with a PNG. A short run on purpose (the CPU is shared):
     this checks the plumbing; how well a longer run generalises is for `arithsweep ood`."""
     from arithsweep.core.overrides import build_configs
-    from arithsweep.core.population import train
+    from arithsweep.core.training.population import train
 
     task, m, t = build_configs("add3", FMT, None, dict(
         pos="abacus", abacus_max=8, abacus_offset=2, d_model=16, n_heads=2, d_ff=32,

@@ -1,7 +1,7 @@
 """`arithsweep ood`: length generalisation of one model, as a digits-of-a x digits-of-b grid.
 
 Takes a leaderboard entry (id or sha256 prefix, resolved like `show`) or a checkpoint
-directory, evaluates exact match per cell with `arithsweep.core.ood.ood_grid` (torch is
+directory, evaluates exact match per cell with `arithsweep.core.evaluation.ood.ood_grid` (torch is
 imported inside the command), prints a Rich table or --json, optionally writes a heatmap PNG,
 and logs that PNG to the model's MLflow run when it has one and the tracking store exists.
 
@@ -93,9 +93,9 @@ def ood(
     if loops is not None and loops < 1:
         raise ArithsweepError(f"--loops {loops}: must be >= 1")
     path, run_id = _resolve(target, db)
-    from arithsweep.core.checkpoint import load_checkpoint
-    from arithsweep.core.ood import WIDE_POSITIONS, ood_grid, save_heatmap
-    from arithsweep.core.tasks import MAX_DIGITS
+    from arithsweep.core.data.tasks import MAX_DIGITS
+    from arithsweep.core.evaluation.ood import WIDE_POSITIONS, ood_grid, save_heatmap
+    from arithsweep.core.model.checkpoint import load_checkpoint
 
     ck = load_checkpoint(path)
     run_id = run_id or ck.meta.get("mlflow_run_id")

@@ -11,7 +11,7 @@ Problems are drawn uniformly within each cell, distinct, and only from the holdo
 split (of both the wide task and the trained one), so nothing the model trained on, or was
 selected on beyond train_digits, is scored; small cells are listed exhaustively instead.
 
-    from arithsweep.core.ood import ood_grid, save_heatmap
+    from arithsweep.core.evaluation.ood import ood_grid, save_heatmap
     g = ood_grid("runs/add8/best", max_digits=16, loops=None, per_cell=200, seed=0)
     print(g.ratio, g.exact_match[15][15]); save_heatmap(g, "ood.png")
     arithsweep ood runs/add8/best --max-digits 16 --png ood.png
@@ -25,11 +25,11 @@ from typing import Any
 
 import torch
 
+from arithsweep.core.data.sampling import _POW10, _distinct
+from arithsweep.core.data.tasks import MAX_DIGITS, Task, get_task
 from arithsweep.core.errors import ConfigError
-from arithsweep.core.evaluate import exact_match
-from arithsweep.core.model import ArithTransformer, count_params
-from arithsweep.core.sampling import _POW10, _distinct
-from arithsweep.core.tasks import MAX_DIGITS, Task, get_task
+from arithsweep.core.evaluation.evaluate import exact_match
+from arithsweep.core.model.model import ArithTransformer, count_params
 
 GOOD = 0.9  # exact match a cell needs to count as generalised (the `ratio`)
 # a cell with at most this many problems per wanted one is listed, not sampled: its held-out
@@ -67,7 +67,7 @@ class OODGrid:
 
 def _load(model_or_checkpoint: Any, task: Task | None) -> tuple[ArithTransformer, Task, int]:
     """(model k=1, its task, train digits) from a path, a Checkpoint, a TrainResult or a model."""
-    from arithsweep.core.checkpoint import Checkpoint, load_checkpoint
+    from arithsweep.core.model.checkpoint import Checkpoint, load_checkpoint
 
     obj = model_or_checkpoint
     if isinstance(obj, (str, Path)):

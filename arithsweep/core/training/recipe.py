@@ -12,9 +12,9 @@ over time and on long enough training. What published tiny adders needed, as fie
   `Task.sample(split="train")` never returns a held-out problem, and every problem
   verification uses is held out (edge cases included), so polishing cannot see them.
 
-    python -c "from arithsweep.core.recipe import carry_share; from arithsweep.core.config \\
-        import TrainConfig as T; print(carry_share(T(carry_frac=.8, carry_fade_start=.25, \\
-        carry_fade_end=.75, steps=100), 50))"
+    python -c "from arithsweep.core.training.recipe import carry_share; \\
+        from arithsweep.core.config import TrainConfig as T; print(carry_share(T(carry_frac=.8, \\
+        carry_fade_start=.25, carry_fade_end=.75, steps=100), 50))"
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import math
 import torch
 
 from arithsweep.core.config import TrainConfig
-from arithsweep.core.tasks import Task
+from arithsweep.core.data.tasks import Task
 
 
 def carry_share(cfg: TrainConfig, step: int) -> float:
@@ -95,7 +95,7 @@ def mine_errors(model: torch.nn.Module, task: Task, cfg: TrainConfig,
                 gen: torch.Generator) -> list[tuple[torch.Tensor, ...]]:
     """Per member, the training-split problems (a, b, op) it gets wrong among `polish_pool`
     drawn from the training side of the split (half uniform lengths, half carry-enriched)."""
-    from arithsweep.core.evaluate import exact_match
+    from arithsweep.core.evaluation.evaluate import exact_match
 
     half = cfg.polish_pool // 2
     cap = cfg.train_digits  # polishing must not train on longer operands than training did

@@ -11,7 +11,7 @@ per-member AdamW and the stopping rule live in population.py (`train_population`
 proposals of one shape in one pack), and `population.train` is a pack of one. Imports run one
 way: population -> step -> train.
 
-    from arithsweep.core.population import train
+    from arithsweep.core.training.population import train
     result = train(get_task("add3"), model_cfg, TrainConfig(seeds=4))
     result.save_best("runs/add3/best")
 """
@@ -27,14 +27,14 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from arithsweep.core.checkpoint import save_checkpoint
 from arithsweep.core.config import TrainConfig
+from arithsweep.core.data.hash_sampling import HASH_MODES, HashSampler
+from arithsweep.core.data.tasks import Task
 from arithsweep.core.errors import ConfigError
-from arithsweep.core.hash_sampling import HASH_MODES, HashSampler
-from arithsweep.core.model import ArithTransformer, ModelConfig
-from arithsweep.core.recipe import carry_mode, carry_share, curriculum_cap, mine_errors
-from arithsweep.core.stats import wilson_lower, z_for
-from arithsweep.core.tasks import Task
+from arithsweep.core.evaluation.stats import wilson_lower, z_for
+from arithsweep.core.model.checkpoint import save_checkpoint
+from arithsweep.core.model.model import ArithTransformer, ModelConfig
+from arithsweep.core.training.recipe import carry_mode, carry_share, curriculum_cap, mine_errors
 
 DATA_CHUNK_STEPS = 32  # batches sampled per call: amortises sampling overhead over many steps
 EVAL_SEED = 0x5EED_E7A1  # the held-out evaluation set is the same for every run of a task
@@ -104,7 +104,7 @@ class TrainResult:
     stopped_early: bool = False
     stop_reason: str = ""
     eval_size: int = 0  # distinct held-out problems per evaluation (see eval_problems)
-    step_mode: str = ""  # "captured" (one CUDA graph per step) or "eager (<why>)": core/step.py
+    step_mode: str = ""  # "captured" (one CUDA graph per step) or "eager (<why>)": step.py
 
     @property
     def examples_per_s(self) -> float:
@@ -164,7 +164,7 @@ class _DataStream:
     def _sample_member(self, gen: torch.Generator, n: int, max_len: int | None, step: int):
         cfg, task = self.cfg, self.task
         if cfg.sampling == "enriched":  # Quirke's classes in equal shares
-            from arithsweep.core.quirke import enriched_sample
+            from arithsweep.core.data.quirke import enriched_sample
 
             return enriched_sample(task, n, gen, "train", max_len)
         if cfg.sampling != "mixed":

@@ -3,12 +3,12 @@
 A best-of-K exact match on a few thousand held-out problems is optimistic (the winner's curse:
 add3 seed 0 once stopped at 0.9961 held-out and scored 0.98783 on all 10^6 problems). So a run
 stops only when (1) the best seed's held-out exact match clears the target by its Wilson lower
-bound, corrected for picking the best of K seeds (see `core.train.reached`), and (2) that seed,
-at that evaluation, also passes on the whole problem set, or on 200,000 held-out problems for
-tasks too big to enumerate. `FullCheck` holds those problems and caches one check per best
-step, so an evaluation that does not change the best seed costs nothing.
+bound, corrected for picking the best of K seeds (see `core.training.train.reached`), and (2)
+that seed, at that evaluation, also passes on the whole problem set, or on 200,000 held-out
+problems for tasks too big to enumerate. `FullCheck` holds those problems and caches one check
+per best step, so an evaluation that does not change the best seed costs nothing.
 
-    from arithsweep.core.confirm import FullCheck
+    from arithsweep.core.evaluation.confirm import FullCheck
     check = FullCheck(task, target=0.99)
     stop = check.held_out_reached(result) and check.passes(result)   # inside on_eval
 """
@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
-from arithsweep.core.evaluate import exact_match
-from arithsweep.core.tasks import Task
+from arithsweep.core.data.tasks import Task
+from arithsweep.core.evaluation.evaluate import exact_match
 
 FULL_EVAL_MAX = 10**6  # tasks up to this size are checked on every problem
 FULL_EVAL_SAMPLE = 200_000  # otherwise on this many held-out problems
@@ -54,7 +54,7 @@ class FullCheck:
 
     def held_out_reached(self, result: Any) -> bool:
         """Does the best seed's held-out exact match clear the target (best-of-K corrected)?"""
-        from arithsweep.core.train import eval_size_of, reached
+        from arithsweep.core.training.train import eval_size_of, reached
 
         live = sum(1 for f in result.failed if not f) or 1
         return reached(result.best_em, eval_size_of(result), self.target, live)
