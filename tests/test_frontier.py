@@ -13,13 +13,14 @@ import torch.nn.functional as F
 
 from arithsweep.core.config import TrainConfig
 from arithsweep.core.data.formats import fill_places
+from arithsweep.core.data.mix import curriculum_cap
 from arithsweep.core.data.tasks import get_task
 from arithsweep.core.errors import ConfigError
 from arithsweep.core.model.checkpoint import load_checkpoint, save_checkpoint
 from arithsweep.core.model.model import ArithTransformer, ModelConfig, count_params, param_breakdown
 from arithsweep.core.overrides import build_configs
 from arithsweep.core.training.population import PackAdamW, train
-from arithsweep.core.training.recipe import curriculum_cap, grokfast_on
+from arithsweep.core.training.recipe import grokfast_on
 from arithsweep.core.training.train import lr_at
 
 # tbukic's shared base (reference/frontier-architectures.md): 1 layer, d 3, one head of width 4

@@ -15,6 +15,7 @@ import torch
 from arithsweep.core.config import TrainConfig
 from arithsweep.core.data.tasks import get_task
 from arithsweep.core.errors import ConfigError
+from arithsweep.core.evaluation.confirm import eval_problems
 from arithsweep.core.evaluation.evaluate import exact_match, greedy_decode
 from arithsweep.core.evaluation.ood import (
     cell_problems,
@@ -25,7 +26,7 @@ from arithsweep.core.evaluation.ood import (
 )
 from arithsweep.core.model.checkpoint import save_checkpoint
 from arithsweep.core.model.model import ArithTransformer, ModelConfig
-from arithsweep.core.training.train import _DataStream, eval_problems
+from arithsweep.core.training.train import _DataStream
 from tests.test_cli import run
 
 FMT = "nopad,revops,revans"  # the paper's setting: reversed operands and answer, no padding

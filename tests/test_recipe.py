@@ -5,9 +5,10 @@ from __future__ import annotations
 import torch
 
 from arithsweep.core.config import ModelConfig, TrainConfig
+from arithsweep.core.data.mix import carry_share, curriculum_cap
 from arithsweep.core.data.tasks import get_task
 from arithsweep.core.model.model import ArithTransformer
-from arithsweep.core.training.recipe import GrokfastEMA, carry_share, curriculum_cap, mine_errors
+from arithsweep.core.training.recipe import GrokfastEMA, mine_errors
 
 
 def test_carry_share_fades_between_the_fractions():

@@ -12,12 +12,13 @@ import arithsweep.core.training.train as train_mod
 from arithsweep.core.config import TrainConfig
 from arithsweep.core.data.tasks import get_task
 from arithsweep.core.errors import ConfigError
+from arithsweep.core.evaluation.confirm import eval_problems, eval_size_of, reached
 from arithsweep.core.evaluation.evaluate import exact_match
 from arithsweep.core.evaluation.stats import Z95, wilson_lower, z_for
 from arithsweep.core.model.model import ArithTransformer
 from arithsweep.core.overrides import build_configs
 from arithsweep.core.training.population import train
-from arithsweep.core.training.train import eval_problems, eval_size_of, lr_at, reached
+from arithsweep.core.training.train import lr_at
 
 
 def test_add2_reaches_100_percent_on_all_problems(add2_trained):

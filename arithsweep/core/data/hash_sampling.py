@@ -6,8 +6,8 @@ on CPU and CUDA, whatever K, whatever the member's place in the pack and whateve
 steps the caller uses (`TrainConfig(sampler="hash")`; "stream" is the older per-seed generator).
 
 Modes are those of `Task.sample` ("uniform", "values", "carry") plus the trainer's "mixed"
-(carry share `recipe.carry_share` at each step, the rest half uniform, half values, in exact
-counts at hashed positions), under the curriculum cap of each step (`recipe.curriculum_cap`).
+(carry share `mix.carry_share` at each step, the rest half uniform, half values, in exact
+counts at hashed positions), under the curriculum cap of each step (`mix.curriculum_cap`).
 
 The train side of the split without a rejection loop (fixed shapes, no host sync): each row
 draws R candidates i.i.d. and keeps the first that `Task._held` puts on the train side. Given
@@ -32,10 +32,10 @@ import torch
 from torch import Tensor
 
 from arithsweep.core.config import TrainConfig
+from arithsweep.core.data.mix import carry_mode, carry_share, curriculum_cap
 from arithsweep.core.data.sampling import _POW10, _digits
 from arithsweep.core.data.tasks import Task
 from arithsweep.core.errors import ConfigError
-from arithsweep.core.training.recipe import carry_mode, carry_share, curriculum_cap
 
 HASH_MODES = ("uniform", "values", "carry", "mixed")
 CANDIDATES = 4  # R: draws per row; all R held out has probability ~(1/16)**4
