@@ -103,3 +103,15 @@ def test_publish_to_an_absolute_dir_writes_no_absolute_paths(tmp_path):
     assert run("publish", "--dir", str(dest), "--db", str(db)).returncode == 0
     text = (dest / "LEADERBOARD.md").read_text()
     assert str(tmp_path) not in text and "arithsweep verify board/checkpoints/add2-216" in text
+
+
+def test_bench_on_an_unknown_device_is_one_line():
+    one_error_line(run("bench", "--device", "tpu"), "--device", "tpu")
+
+
+@pytest.mark.parametrize("address,words", [("127.0.0.1:1", ("nothing answers",)),
+                                           ("no-port", ("HOST:PORT",))])
+def test_search_at_an_address_where_no_ray_listens_is_one_line(tmp_path, address, words):
+    """Ray alone retries a refused local port for minutes and logs a line a second."""
+    one_error_line(run("search", "--task", "add2", "--address", address, "--trials", "1",
+                       "--root", str(tmp_path)), *words)

@@ -146,6 +146,8 @@ def bench(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Packed vs sequential training throughput, and exact-match throughput, as ratios."""
+    if device not in ("auto", "cpu", "cuda"):
+        raise ArithsweepError(f"--device {device!r}: expected auto, cpu or cuda")
     from arithsweep.core.bench import run_bench
 
     res = run_bench(quick=quick, device=device, log=None if as_json else err.print)

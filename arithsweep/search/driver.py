@@ -31,6 +31,9 @@ import json
 import logging
 import os
 import shutil
+import socket
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -197,25 +200,66 @@ def _ray_up(opts: SearchOptions) -> bool:
 
     if ray.is_initialized():
         return False
+    _check_reachable(opts.address)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # the same choice for MLflow
     # Workers import arithsweep by name (the trainable and callbacks are pickled by reference).
     path = [str(_PACKAGE_DIR.parent), os.environ.get("PYTHONPATH", "")]
     env = {"PYTHONPATH": os.pathsep.join(p for p in path if p)}
     try:
-        if opts.address is None:
-            ray.init(address="local", num_cpus=opts.num_cpus or os.cpu_count(),
-                     include_dashboard=False, log_to_driver=False,
-                     logging_level=logging.WARNING, runtime_env={"env_vars": env})
-        else:
-            # A cluster's workers may not have this checkout: ship the package with the job.
-            ray.init(address=opts.address, log_to_driver=False, logging_level=logging.WARNING,
-                     runtime_env={"py_modules": [str(_PACKAGE_DIR)]})
+        with _native_stderr_held():
+            if opts.address is None:
+                ray.init(address="local", num_cpus=opts.num_cpus or os.cpu_count(),
+                         include_dashboard=False, log_to_driver=False,
+                         logging_level=logging.WARNING, runtime_env={"env_vars": env})
+            else:
+                # A cluster's workers may not have this checkout: ship the package with the job
+                ray.init(address=opts.address, log_to_driver=False,
+                         logging_level=logging.WARNING,
+                         runtime_env={"py_modules": [str(_PACKAGE_DIR)]})
     except (ConnectionError, ValueError, RuntimeError) as exc:
         raise ArithsweepError(f"cannot start or join Ray at {opts.address or 'local'}: "
                               f"{_first_line(exc)}") from None
     return True
 
+
+
+def _check_reachable(address: str | None, timeout: float = 5.0) -> None:
+    """Refuse a HOST:PORT (or ray://HOST:PORT) where nothing listens, at once: Ray itself
+    retries a refused local port for minutes before it gives up. None and 'auto' pass."""
+    if address is None or address == "auto":
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ArithsweepError(f"--address {address!r}: expected HOST:PORT, ray://HOST:PORT "
+                              "or auto")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise ArithsweepError(f"cannot join Ray at {address}: nothing answers there "
+                              f"({exc.strerror or exc})") from None
+
+
+@contextlib.contextmanager
+def _native_stderr_held():
+    """Hold what is written to file descriptor 2 while Ray starts or joins, and replay it only
+    if that worked: Ray's C++ client logs a line a second (about 20) while it fails to reach
+    an address, and a user's mistyped --address should read as our one error line."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            if ok:
+                held.seek(0)
+                sys.stderr.write(held.read().decode(errors="replace"))
 
 
 def _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri, experiment_id,

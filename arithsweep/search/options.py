@@ -83,12 +83,19 @@ class SearchOptions:
             v = getattr(self, f)
             need(v is None or (v and "/" not in v and v not in (".", "..")),
                  f"{f}={v!r}: must be a plain directory name")
+        uri = self.mlflow_uri
+        need(uri is None or "://" not in uri or uri.split("://", 1)[0].split("+")[0]
+             in MLFLOW_SCHEMES, f"mlflow_uri={uri!r}: expected a folder, file:, sqlite:///FILE, "
+             "postgresql://, mysql://, mssql://, http(s):// or databricks")
         need(isinstance(self.near_miss, (int, float)) and 0 <= self.near_miss <= 1,
              f"near_miss={self.near_miss!r}: must be in [0, 1]")
         need(not (self.name and self.resume and self.name != self.resume),
              "give either --name (new search) or --resume (existing one), not both")
 
 
+# MLflow tracking stores by URI scheme (a driver may follow '+', as postgresql+psycopg2)
+MLFLOW_SCHEMES = ("file", "sqlite", "postgresql", "mysql", "mssql", "http", "https",
+                  "databricks")
 GPU_PROPOSALS = 16  # default proposals per trial when each trial gets a whole GPU
 
 
