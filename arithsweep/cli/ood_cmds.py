@@ -162,6 +162,8 @@ def ood(
     if max_digits is not None and max_digits < 1:
         raise ArithsweepError(f"--max-digits {max_digits}: must be >= 1")
     counts = _loop_counts(loops)
+    if png is not None and png.suffix.lower() != ".png":  # matplotlib would add .png unasked
+        raise ArithsweepError(f"--png {png}: the picture is a PNG; give a path ending in .png")
     path, run_id = _resolve(target, db)
     from arithsweep.core.data.tasks import MAX_DIGITS
     from arithsweep.core.evaluation.ood import WIDE_POSITIONS, ood_grid, save_heatmap
