@@ -153,6 +153,26 @@ def test_early_stop_corrects_for_picking_the_best_of_k_seeds():
     assert reached(em, 4096, 0.99, 0)  # no live seed is treated as one (no correction)
 
 
+def test_a_small_task_checked_on_every_problem_is_gated_by_the_raw_estimate():
+    """mul2's held-out side is 634 problems: under the bound only 99.8%+ could ever reach 0.99,
+    so a 99.2% seed never earned the (exact, cheap) check on all 10^4 problems."""
+    from types import SimpleNamespace
+
+    from arithsweep.core.evaluation.confirm import FullCheck
+
+    def seen(em, n):
+        return SimpleNamespace(best_em=em, failed=[False, False], eval_size=n)
+
+    small = FullCheck(get_task("mul2"), 0.99)
+    assert small.exhaustive and small.held_out_reached(seen(0.992, 634))
+    assert not small.held_out_reached(seen(0.985, 634))
+    big = FullCheck(get_task("add3"), 0.99)  # 10^6 problems: each check costs; keep the bound
+    assert big.exhaustive and not big.held_out_reached(seen(0.992, 4096))
+    assert big.held_out_reached(seen(1.0, 4096))
+    sampled = FullCheck(get_task("add6"), 0.99)
+    assert not sampled.exhaustive and not sampled.held_out_reached(seen(0.992, 4096))
+
+
 @pytest.mark.parametrize("n", [256, 640, 4096])
 def test_eval_set_is_distinct_and_as_large_as_the_holdout_side_allows(n):
     # before the fix 4096 draws on add2 held only ~650 distinct problems, yet the Wilson bound
