@@ -22,9 +22,9 @@ ADD2_TRAIN = {"steps": 4000, "batch_size": 128, "lr": 1e-2, "warmup": 50, "seeds
 def add2_trained(tmp_path_factory):
     """(TrainResult, checkpoint dir) of a small add2 model trained until its best seed gets
     every one of the 10^4 add2 problems right (checked exhaustively at each evaluation)."""
-    from arithsweep.core.evaluate import exact_match
+    from arithsweep.core.evaluation.evaluate import exact_match
     from arithsweep.core.overrides import build_configs
-    from arithsweep.core.population import train
+    from arithsweep.core.training.population import train
 
     task, m, t = build_configs("add2", None, None, {**ADD2_MODEL, **ADD2_TRAIN})
     every = task.enumerate_all()

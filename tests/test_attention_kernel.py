@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from arithsweep.core.layers import ATTENTION
-from arithsweep.core.model import ArithTransformer, ModelConfig
-from arithsweep.core.tasks import get_task
-from arithsweep.core.train import _loss_fn
+from arithsweep.core.data.tasks import get_task
+from arithsweep.core.model.layers import ATTENTION
+from arithsweep.core.model.model import ArithTransformer, ModelConfig
+from arithsweep.core.training.train import _loss_fn
 
 
 @pytest.mark.parametrize("extra", [{}, {"pos": "rope"}, {"tie_kv": True, "n_layers": 2},

@@ -10,9 +10,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from arithsweep.core.checkpoint import load_checkpoint, sha256_file
 from arithsweep.core.errors import CheckpointError
-from arithsweep.core.evaluate import exact_match
+from arithsweep.core.evaluation.evaluate import exact_match
+from arithsweep.core.model.checkpoint import load_checkpoint, sha256_file
 
 
 def test_round_trip_gives_the_same_model(add2_trained, ckpt):

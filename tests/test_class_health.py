@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from arithsweep.core.evaluate import breakdown
-from arithsweep.core.stats import class_health
-from arithsweep.core.tasks import get_task
+from arithsweep.core.data.tasks import get_task
+from arithsweep.core.evaluation.evaluate import breakdown
+from arithsweep.core.evaluation.stats import class_health
 from arithsweep.leaderboard.publish import _worst_line
 
 

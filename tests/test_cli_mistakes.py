@@ -61,7 +61,7 @@ def test_unwritable_outputs_are_one_line(tmp_path):
 def test_the_published_add10_adder_passes_adderboards_protocol(tmp_path):
     """The published add10 entry, exported as AdderBoard takes it, answers AdderBoard's own
     problems (the first 200 of its 10,010 here; publish ran all of them)."""
-    from arithsweep.core.checkpoint import load_checkpoint, sha256_file
+    from arithsweep.core.model.checkpoint import load_checkpoint, sha256_file
     from arithsweep.leaderboard.adderboard import export_adderboard
     from arithsweep.leaderboard.adderboard_check import check_submission
 
@@ -115,3 +115,17 @@ def test_search_at_an_address_where_no_ray_listens_is_one_line(tmp_path, address
     """Ray alone retries a refused local port for minutes and logs a line a second."""
     one_error_line(run("search", "--task", "add2", "--address", address, "--trials", "1",
                        "--root", str(tmp_path)), *words)
+
+
+def test_ood_png_without_the_png_suffix_is_refused(tmp_path):
+    """matplotlib would write DIR.png while the command reported DIR."""
+    one_error_line(run("ood", ENTRY, "--png", str(tmp_path / "heat")), ".png")
+
+
+def test_a_warning_is_one_line(tmp_path):
+    out = run("train", "--task", "sort3", "--steps", "2", "--seeds", "1", "-o",
+              str(tmp_path / "run"), "--set", "eval_size=64", "--json")
+    assert out.returncode == 0, out.stderr[-800:]
+    warned = [ln for ln in out.stderr.splitlines() if "falls back" in ln]
+    assert warned and all(ln.startswith("warning: ") for ln in warned), out.stderr
+    assert "UserWarning" not in out.stderr and "self.streams" not in out.stderr

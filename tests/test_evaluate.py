@@ -6,9 +6,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from arithsweep.core.evaluate import breakdown, exact_match, greedy_decode, position_accuracy
-from arithsweep.core.model import ArithTransformer, ModelConfig
-from arithsweep.core.tasks import get_task
+from arithsweep.core.data.tasks import get_task
+from arithsweep.core.evaluation.evaluate import (
+    breakdown,
+    exact_match,
+    greedy_decode,
+    position_accuracy,
+)
+from arithsweep.core.model.model import ArithTransformer, ModelConfig
 
 
 def _agree(model, task, a, b, op, member=0):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from arithsweep.core.model import ArithTransformer, ModelConfig
+from arithsweep.core.model.model import ArithTransformer, ModelConfig
 
 CASES = [
     {},

@@ -1,4 +1,4 @@
-"""The frontier options (core/weights.py): each tie, embedding and head layout against a plain
+"""The frontier options (core/model/weights.py): each tie, embedding and head layout against a plain
 per-member PyTorch reference written independently here, their exact counts, gradients into
 every owned tensor, and a checkpoint round trip."""
 
@@ -11,16 +11,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from arithsweep.core.checkpoint import load_checkpoint, save_checkpoint
 from arithsweep.core.config import TrainConfig
+from arithsweep.core.data.formats import fill_places
+from arithsweep.core.data.mix import curriculum_cap
+from arithsweep.core.data.tasks import get_task
 from arithsweep.core.errors import ConfigError
-from arithsweep.core.formats import fill_places
-from arithsweep.core.model import ArithTransformer, ModelConfig, count_params, param_breakdown
+from arithsweep.core.model.checkpoint import load_checkpoint, save_checkpoint
+from arithsweep.core.model.model import ArithTransformer, ModelConfig, count_params, param_breakdown
 from arithsweep.core.overrides import build_configs
-from arithsweep.core.population import PackAdamW, train
-from arithsweep.core.recipe import curriculum_cap, grokfast_on
-from arithsweep.core.tasks import get_task
-from arithsweep.core.train import lr_at
+from arithsweep.core.training.population import PackAdamW, train
+from arithsweep.core.training.recipe import grokfast_on
+from arithsweep.core.training.train import lr_at
 
 # tbukic's shared base (reference/frontier-architectures.md): 1 layer, d 3, one head of width 4
 BASE = dict(vocab_size=10, n_ctx=34, d_model=3, n_heads=1, d_head=4, d_vhead=4, d_ff=2,
@@ -336,7 +337,7 @@ def test_lbfgs_polishes_a_member_the_same_in_a_pack_as_alone():
 def test_carry_patterns_mix_single_carries_chains_and_carries_out(sampler):
     """MicroAdder's carry sampler: more single carries and more carries out of the top digit
     than the one-chain pattern, and still only training-split problems."""
-    from arithsweep.core.train import _DataStream
+    from arithsweep.core.training.train import _DataStream
 
     task = get_task("add6")
 
@@ -358,7 +359,7 @@ def test_carry_patterns_mix_single_carries_chains_and_carries_out(sampler):
 def test_a_frontier_export_runs_under_adderboards_protocol(tmp_path):
     """The exported file imports as AdderBoard's verify.py imports it, its model's unique
     parameters are the count, and the protocol's problems (edge cases first) run through it."""
-    from arithsweep.core.checkpoint import sha256_file
+    from arithsweep.core.model.checkpoint import sha256_file
     from arithsweep.leaderboard.adderboard import export_adderboard
     from arithsweep.leaderboard.adderboard_check import EDGE_CASES, check_submission, problems
 

@@ -1,4 +1,4 @@
-"""The counter-based sampler (core/hash_sampling.py): pinned output, independence from K and
+"""The counter-based sampler (core/data/hash_sampling.py): pinned output, independence from K and
 from a member's place in the pack, never a held-out problem, the right distributions, the
 fixed-shape (GPU) path equal to the compact (CPU) one, and how configs pick the sampler."""
 
@@ -9,14 +9,14 @@ import warnings
 import pytest
 import torch
 
-import arithsweep.core.hash_sampling as H
-from arithsweep.core.checkpoint import load_checkpoint
+import arithsweep.core.data.hash_sampling as H
 from arithsweep.core.config import TrainConfig
+from arithsweep.core.data.hash_sampling import HashSampler
+from arithsweep.core.data.tasks import get_task
 from arithsweep.core.errors import ConfigError
-from arithsweep.core.hash_sampling import HashSampler
+from arithsweep.core.model.checkpoint import load_checkpoint
 from arithsweep.core.overrides import build_configs
-from arithsweep.core.tasks import get_task
-from arithsweep.core.train import DATA_CHUNK_STEPS, _DataStream
+from arithsweep.core.training.train import DATA_CHUNK_STEPS, _DataStream
 
 
 def _problems(name, seeds, steps, **kw):

@@ -1,5 +1,5 @@
-"""`arithsweep inspect` and arithsweep.core.inspect on the session's trained add2 model: the
-captured attention is a real causal softmax (checked against plain torch), the answer
+"""`arithsweep inspect` and arithsweep.core.evaluation.inspect on the session's trained add2
+model: the captured attention is a real causal softmax (checked against plain torch), the answer
 probabilities and greedy answer agree with evaluate.greedy_decode, the accuracy views add up,
 the PNG is a PNG, and the CLI answers --json, entry ids and bad problems properly."""
 
@@ -12,12 +12,12 @@ import torch
 import torch.nn.functional as F
 from test_cli import run
 
-from arithsweep.core.checkpoint import load_checkpoint
+from arithsweep.core.data.tasks import get_task
 from arithsweep.core.errors import ConfigError
-from arithsweep.core.evaluate import exact_match, greedy_decode
-from arithsweep.core.inspect import accuracy_views, draw, inspect_problem
-from arithsweep.core.model import ArithTransformer, ModelConfig
-from arithsweep.core.tasks import get_task
+from arithsweep.core.evaluation.evaluate import exact_match, greedy_decode
+from arithsweep.core.evaluation.inspect import accuracy_views, draw, inspect_problem
+from arithsweep.core.model.checkpoint import load_checkpoint
+from arithsweep.core.model.model import ArithTransformer, ModelConfig
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

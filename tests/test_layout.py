@@ -2,11 +2,14 @@
 
 core <- search, core <- leaderboard, and cli on top of all three; nothing imports cli;
 command modules import the common helpers, never the app; `__init__.py` files import nothing.
+Inside core, four rooms stand in layers: basics <- data <- model <- evaluation <- training <-
+orchestrators (api, bench, overrides); and no module reaches itself through imports.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +20,12 @@ PKG = Path(__file__).resolve().parent.parent / "arithsweep"
 WINGS = ("core", "search", "leaderboard", "cli")
 ALLOWED = {"core": {"core"}, "search": {"core", "search"},
            "leaderboard": {"core", "leaderboard"}, "cli": set(WINGS)}
+
+CORE = PKG / "core"
+ROOMS = ("data", "model", "evaluation", "training")  # in import order: each uses those before
+BASICS = {"errors", "config", "config_checks"}  # torch-free, shared by every room
+ORCHESTRATORS = {"api", "bench", "overrides"}  # above all rooms: what the CLI calls
+LEVEL = {"basics": 0, **{r: i + 1 for i, r in enumerate(ROOMS)}, "orchestrators": len(ROOMS) + 1}
 
 
 def _imports(path: Path) -> list[str]:
@@ -40,6 +49,15 @@ def test_every_module_sits_in_a_wing():
     assert {p.name for p in PKG.iterdir() if p.is_dir() and p.name != "__pycache__"} >= set(WINGS)
 
 
+def test_every_module_is_installed():
+    """Each package (a wing, a room) is listed in pyproject.toml, else a wheel leaves it out."""
+    text = (PKG.parent / "pyproject.toml").read_text()
+    listed = set(re.findall(r'"([\w.]+)"', re.search(r"^packages = \[(.*?)\]", text,
+                                                     re.M | re.S)[1]))
+    packages = {".".join(p.parent.relative_to(PKG.parent).parts) for p in PKG.rglob("__init__.py")}
+    assert packages <= listed, f"packages missing from pyproject.toml: {sorted(packages - listed)}"
+
+
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PKG)))
 def test_imports_run_one_way(path):
     parts = path.relative_to(PKG).parts
@@ -52,6 +70,53 @@ def test_imports_run_one_way(path):
             assert path.name == "__main__.py" and target == "cli", (path, mod)
             continue
         assert target in ALLOWED[wing], f"{path.relative_to(PKG)}: {wing} imports {mod}"
+
+
+def _room(parts: tuple[str, ...] | list[str]) -> str | None:
+    """The room of a core module or name, from its path below core: ("data", "tasks", "Task")
+    -> "data", ("config",) -> "basics", ("api",) -> "orchestrators"; None: none of them."""
+    if parts and parts[0] in ROOMS:
+        return parts[0]
+    if parts and parts[0] in BASICS:
+        return "basics"
+    return "orchestrators" if parts and parts[0] in ORCHESTRATORS else None
+
+
+def test_every_core_module_sits_in_a_room():
+    """core's top level holds only the shared basics and the orchestrators above the rooms;
+    every other module sits one level down in one of the four rooms, so a newcomer sees the
+    layers from the file tree."""
+    loose = sorted(p.stem for p in CORE.glob("*.py")
+                   if p.stem not in BASICS | ORCHESTRATORS | {"__init__"})
+    assert not loose, f"core modules outside the rooms: {loose}"
+    dirs = {p.name for p in CORE.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert dirs == set(ROOMS), f"core's sub-packages {sorted(dirs)}, expected the rooms {ROOMS}"
+    for room in ROOMS:
+        assert (CORE / room / "__init__.py").is_file(), f"core/{room} has no __init__.py"
+        deeper = [str(p.relative_to(CORE)) for p in (CORE / room).rglob("*.py")
+                  if p.parent != CORE / room]
+        assert not deeper, f"core/{room} nests further: {deeper}"
+
+
+@pytest.mark.parametrize("path", sorted(CORE.rglob("*.py")), ids=lambda p: str(p.relative_to(CORE)))
+def test_core_rooms_import_one_way(path):
+    """A core module imports the basics, its own room and the rooms before its own only, so
+    data never needs a model, the model never needs training, and so on: each room can be read
+    (and tested) without the ones above it. Moved functions, not hidden imports, keep it so."""
+    room = _room(path.relative_to(CORE).with_suffix("").parts)
+    if room is None:
+        return  # core/__init__.py: a docstring
+    for mod in _imports(path):
+        parts = mod.split(".")
+        if parts[1:2] != ["core"]:
+            continue  # other wings: test_imports_run_one_way
+        if len(parts) == 2:
+            continue  # `from arithsweep.core import x`: x is checked as arithsweep.core.x
+        target = _room(parts[2:])
+        assert target is not None, f"core/{path.relative_to(CORE)} imports {mod}: no such room"
+        assert LEVEL[target] <= LEVEL[room], (
+            f"core/{path.relative_to(CORE)} ({room}) imports {mod} ({target}): "
+            f"rooms run basics <- {' <- '.join(ROOMS)} <- orchestrators")
 
 
 def test_nothing_imports_the_app_but_its_entry_points():
@@ -94,10 +159,11 @@ def _module_graph() -> dict[str, set[str]]:
     return graph
 
 
-def test_no_import_circles_inside_the_wings():
-    """No module reaches itself through imports, function-level ones included: each wing's
-    modules stand in layers (core: population -> step -> train, leaderboard: publish ->
-    projects), so a newcomer can read them bottom-up."""
+def test_no_import_circles():
+    """No arithsweep module reaches itself through imports, function-level ones included (a DFS
+    over the `ast` graph of the whole package): inside each wing and each core room the modules
+    stand in layers (core.training: population -> step -> train -> recipe, leaderboard:
+    publish -> projects), so a newcomer can read them bottom-up."""
     graph = _module_graph()
     done: set[str] = set()
 

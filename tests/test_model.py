@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from arithsweep.core.errors import CheckpointError, ConfigError
-from arithsweep.core.layers import abacus_index
-from arithsweep.core.model import (
+from arithsweep.core.model.layers import abacus_index
+from arithsweep.core.model.model import (
     ArithTransformer,
     ModelConfig,
     count_params,

@@ -1,4 +1,5 @@
-"""Length generalisation: abacus offsets, train_digits, the per-cell grid and `arithsweep ood`.
+"""Length generalisation: abacus offsets, train_digits, the per-cell grid, `arithsweep ood` and
+its sweep over a looped model's test-time recurrences (`--loops 1,2,4`).
 
     python -m pytest -q tests/test_ood.py -x
 """
@@ -12,15 +13,27 @@ from dataclasses import replace
 import pytest
 import torch
 
-from arithsweep.core.checkpoint import save_checkpoint
 from arithsweep.core.config import TrainConfig
+from arithsweep.core.data.tasks import get_task
 from arithsweep.core.errors import ConfigError
-from arithsweep.core.evaluate import exact_match, greedy_decode
-from arithsweep.core.model import ArithTransformer, ModelConfig
-from arithsweep.core.ood import cell_problems, generalises_to, ood_grid, widen, with_loops
-from arithsweep.core.tasks import get_task
-from arithsweep.core.train import _DataStream, eval_problems
+from arithsweep.core.evaluation.confirm import eval_problems
+from arithsweep.core.evaluation.evaluate import exact_match, greedy_decode
+from arithsweep.core.evaluation.ood import (
+    cell_problems,
+    generalises_to,
+    loop_comparison,
+    ood_grid,
+    ood_loop_sweep,
+    save_loop_curve,
+    widen,
+    with_loops,
+)
+from arithsweep.core.model.checkpoint import save_checkpoint
+from arithsweep.core.model.model import ArithTransformer, ModelConfig
+from arithsweep.core.training.train import _DataStream
 from tests.test_cli import run
+from tests.test_cli_mistakes import one_error_line
+from tests.test_cli_mistakes import run as run_cli
 
 FMT = "nopad,revops,revans"  # the paper's setting: reversed operands and answer, no padding
 
@@ -153,7 +166,7 @@ def test_abacus_model_trained_on_two_digits_runs_on_a_four_digit_grid(capsys, tm
     `arithsweep ood` on a 4 x 4 grid with a PNG. A short run on purpose (the CPU is shared):
     this checks the plumbing; how well a longer run generalises is for `arithsweep ood`."""
     from arithsweep.core.overrides import build_configs
-    from arithsweep.core.population import train
+    from arithsweep.core.training.population import train
 
     task, m, t = build_configs("add3", FMT, None, dict(
         pos="abacus", abacus_max=8, abacus_offset=2, d_model=16, n_heads=2, d_ff=32,
@@ -191,3 +204,75 @@ def test_ood_refuses_a_task_without_operand_lengths():
                                          pos="abacus"))
     with pytest.raises(ConfigError, match="no operand lengths"):
         widen(model, task, 4)
+
+
+@pytest.fixture(scope="module")
+def looped(tmp_path_factory):
+    """A tiny looped abacus checkpoint (2 loops, input injection) after a few steps on add2
+    lengths of add3: the sweep tests check structure and consistency, not accuracy."""
+    from arithsweep.core.overrides import build_configs
+    from arithsweep.core.training.population import train
+
+    task, m, t = build_configs("add3", FMT, None, dict(
+        pos="abacus", abacus_max=8, d_model=16, n_heads=2, d_ff=32, n_loops=2,
+        input_injection=True, steps=200, seeds=1, lr=1e-2, train_digits=2, eval_every=200,
+        eval_size=256, early_stop=False))
+    path = tmp_path_factory.mktemp("looped") / "ck"
+    train(task, m, t).save_best(path)
+    return path
+
+
+def test_loop_sweep_is_one_grid_per_count_on_the_same_problems(looped):
+    grids = ood_loop_sweep(looped, 4, [1, 2, 3], per_cell=20, seed=7)
+    assert [g.loops for g in grids] == [1, 2, 3] and {g.trained_loops for g in grids} == {2}
+    assert all(g.problems == grids[0].problems for g in grids)  # one seed, one sample
+    # the trained loop count's grid is the single grid, at loops=2 and as trained
+    single = ood_grid(looped, 4, loops=2, per_cell=20, seed=7)
+    assert grids[1].to_dict() == single.to_dict()
+    assert ood_grid(looped, 4, per_cell=20, seed=7).to_dict() == single.to_dict()
+    assert grids[2].to_dict() == ood_grid(looped, 4, loops=3, per_cell=20, seed=7).to_dict()
+    comp = loop_comparison(grids)
+    assert [(c["loops"], c["trained"]) for c in comp] == [(1, False), (2, True), (3, False)]
+    assert comp[1]["diagonal"] == [single.exact_match[i][i] for i in range(4)]
+    assert [(c["ratio"], c["generalises_to"]) for c in comp] == \
+        [(g.ratio, g.generalises_to) for g in grids]
+    with pytest.raises(ConfigError, match="twice"):
+        ood_loop_sweep(looped, 4, [2, 2])
+    with pytest.raises(ConfigError, match=">= 1"):
+        ood_loop_sweep(looped, 4, [1, 0])
+    with pytest.raises(ConfigError, match="at least one"):
+        ood_loop_sweep(looped, 4, [])
+
+
+def test_cli_loop_sweep_json_table_and_curve(capsys, tmp_path, looped):
+    args = ("ood", looped, "--max-digits", "3", "--per-cell", "20", "--seed", "7")
+    code, out, err = run(capsys, *args, "--loops", "1,2", "--json")
+    assert code == 0, err
+    got = json.loads(out)
+    assert (got["trained_loops"], got["train_digits"], got["max_digits"]) == (2, 2, 3)
+    assert [x["loops"] for x in got["loops"]] == [1, 2]
+    api = ood_loop_sweep(looped, 3, [1, 2], per_cell=20, seed=7)  # the CLI reports the API
+    assert got["loops"] == [g.to_dict() for g in api]
+    assert got["comparison"] == loop_comparison(api)
+    # one value keeps the single grid's output
+    code, out, err = run(capsys, *args, "--loops", "2", "--json")
+    assert code == 0, err
+    one = json.loads(out)
+    assert "comparison" not in one and one["exact_match"] == api[1].exact_match
+    code, out, err = run(capsys, *args, "--loops", "1, 2")
+    assert code == 0, err
+    assert "2 (trained)" in out and "ratio" in out and "1:" in out
+    png = tmp_path / "curves" / "loops.png"
+    code, out, err = run(capsys, *args, "--loops", "1,2,4", "--png", png)
+    assert code == 0, err
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "loop curve" in out
+    assert save_loop_curve(api, tmp_path / "api.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bad_loops_are_one_error_line(tmp_path, looped):
+    for bad, word in [("0", ">= 1"), ("-2", ">= 1"), ("two", "'two'"), ("1,,2", "empty"),
+                      ("", "empty"), ("2,2", "twice")]:
+        one_error_line(run_cli("ood", str(looped), "--loops", bad), "--loops", word)
+    task = get_task("add2", FMT)
+    save_checkpoint(tmp_path / "flat", _model(task), task)  # n_loops=1
+    one_error_line(run_cli("ood", str(tmp_path / "flat"), "--loops", "1,2"), "does not loop")

@@ -9,10 +9,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-import arithsweep.core.train as train_mod
+import arithsweep.core.training.train as train_mod
 from arithsweep.core.errors import ConfigError
 from arithsweep.core.overrides import build_configs
-from arithsweep.core.population import PackAdamW, pack_key, train, train_population
+from arithsweep.core.training.population import PackAdamW, pack_key, train, train_population
 
 # per-proposal hyperparameters: lr, weight decay, clip (0 = off), warmup, cosine floor, seed
 PROPOSALS = [dict(lr=1e-2, weight_decay=0.01, grad_clip=1.0, warmup=10, seed=0),
@@ -144,7 +144,7 @@ def test_pack_adamw_matches_torch_adamw_per_member():
 
 def test_clip_is_per_member():
     _, m, _ = _base()
-    from arithsweep.core.model import ArithTransformer
+    from arithsweep.core.model.model import ArithTransformer
 
     model = ArithTransformer(m, k=3)
     for p in model.parameters():

@@ -37,8 +37,8 @@ def snapshot(root: Path) -> dict[str, bytes]:
 def ckpt_row(tmp_path):
     """A leaderboard (path) with one entry for a small untrained add2 checkpoint, recorded from a
     report that names its real sha256 (publishing checks files, not skill: no training here)."""
-    from arithsweep.core.checkpoint import save_checkpoint
-    from arithsweep.core.model import ArithTransformer, count_params
+    from arithsweep.core.model.checkpoint import save_checkpoint
+    from arithsweep.core.model.model import ArithTransformer, count_params
     from arithsweep.core.overrides import build_configs
 
     task, m, t = build_configs("add2", None, None, {"d_model": 8, "n_heads": 1, "d_ff": 16})

@@ -1,5 +1,5 @@
-"""Quirke's classes (core/quirke.py) against a plain-Python port of his definition, the enriched
-generator, training on it, and the per-class part of a verification report."""
+"""Quirke's classes (core/data/quirke.py) against a plain-Python port of his definition, the
+enriched generator, training on it, and the per-class part of a verification report."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import json
 import pytest
 import torch
 
+from arithsweep.core.data.quirke import class_names, enriched_sample, quirke_class
+from arithsweep.core.data.sampling import _distinct
+from arithsweep.core.data.tasks import get_task
 from arithsweep.core.errors import ConfigError
-from arithsweep.core.quirke import class_names, enriched_sample, quirke_class
-from arithsweep.core.sampling import _distinct
-from arithsweep.core.tasks import get_task
 from arithsweep.leaderboard.report import nines
 
 
@@ -158,7 +158,7 @@ def test_enriched_refuses_bad_input():
 def test_training_can_sample_enriched():
     from arithsweep.core.config import TrainConfig
     from arithsweep.core.overrides import build_configs
-    from arithsweep.core.population import train
+    from arithsweep.core.training.population import train
 
     task, m, t = build_configs("sub3", None, None, {
         "n_layers": 1, "d_model": 8, "n_heads": 1, "d_ff": 8, "steps": 3, "batch_size": 16,
@@ -172,7 +172,7 @@ def test_training_can_sample_enriched():
 
 def test_verify_report_per_class_adds_up(ckpt, capsys):
     from arithsweep.cli.render import report_detail
-    from arithsweep.core.checkpoint import load_checkpoint
+    from arithsweep.core.model.checkpoint import load_checkpoint
     from arithsweep.leaderboard.verify import verify
 
     ck = load_checkpoint(ckpt)
@@ -198,8 +198,8 @@ def test_verify_report_per_class_adds_up(ckpt, capsys):
 @pytest.fixture
 def untrained_sub2(tmp_path):
     """An untrained sub2 checkpoint: fails in every class, verifies in a second."""
-    from arithsweep.core.checkpoint import save_checkpoint
-    from arithsweep.core.model import ArithTransformer, ModelConfig
+    from arithsweep.core.model.checkpoint import save_checkpoint
+    from arithsweep.core.model.model import ArithTransformer, ModelConfig
 
     task = get_task("sub2")
     cfg = ModelConfig(vocab_size=task.vocab_size, n_ctx=task.n_ctx, d_model=4, n_heads=1, d_ff=4)

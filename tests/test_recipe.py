@@ -5,9 +5,10 @@ from __future__ import annotations
 import torch
 
 from arithsweep.core.config import ModelConfig, TrainConfig
-from arithsweep.core.model import ArithTransformer
-from arithsweep.core.recipe import GrokfastEMA, carry_share, curriculum_cap, mine_errors
-from arithsweep.core.tasks import get_task
+from arithsweep.core.data.mix import carry_share, curriculum_cap
+from arithsweep.core.data.tasks import get_task
+from arithsweep.core.model.model import ArithTransformer
+from arithsweep.core.training.recipe import GrokfastEMA, mine_errors
 
 
 def test_carry_share_fades_between_the_fractions():
@@ -59,7 +60,7 @@ def test_shipped_recipes_build_and_count_what_their_names_say():
     """recipes/<task>-<params>.yaml: each loads as a config and has that many parameters."""
     from pathlib import Path
 
-    from arithsweep.core.model import count_params
+    from arithsweep.core.model.model import count_params
     from arithsweep.core.overrides import build_configs
 
     recipes = sorted(Path(__file__).parent.parent.joinpath("recipes").glob("*.yaml"))

@@ -1,5 +1,6 @@
-"""Tests for arithsweep.core.sort_task: the sort<N> task's encoding, stable order against Python's
-`sorted`, the holdout split, its verification suite, a tiny model that learns it, and the CLI.
+"""Tests for arithsweep.core.data.sort_task: the sort<N> task's encoding, stable order against
+Python's `sorted`, the holdout split, its verification suite, a tiny model that learns it, and
+the CLI.
 
     python -m pytest -q tests/test_sort_task.py -x
 """
@@ -12,10 +13,10 @@ import random
 import pytest
 import torch
 
-from arithsweep.core import sort_task as st
+from arithsweep.core.data import sort_task as st
+from arithsweep.core.data.sort_task import SortTask, sort_suite
+from arithsweep.core.data.tasks import get_task
 from arithsweep.core.errors import ConfigError
-from arithsweep.core.sort_task import SortTask, sort_suite
-from arithsweep.core.tasks import get_task
 
 FORMATS = [None, "nodelim", "revops", "revops,nodelim"]
 
@@ -193,7 +194,7 @@ def test_suite_has_uniform_ties_sorted_and_reversed_cases(monkeypatch):
     a3, _, _, seed3 = sort_suite(get_task("sort3"))
     assert a3.numel() == 10**6 and seed3 == 0
     # the breakdown verification prints does not trip over sort answers
-    from arithsweep.core.evaluate import breakdown
+    from arithsweep.core.evaluation.evaluate import breakdown
 
     parts = breakdown(torch.ones(a.numel(), dtype=torch.bool), t, a, b, op)
     assert set(parts["by_carry"]) == {f"S{i}" for i in range(7)}
@@ -219,7 +220,7 @@ SORT_TRAIN = {"steps": 200, "batch_size": 128, "lr": 1e-2, "warmup": 50, "seeds"
 @pytest.fixture(scope="module")
 def sort_trained(tmp_path_factory):
     from arithsweep.core.overrides import build_configs
-    from arithsweep.core.population import train
+    from arithsweep.core.training.population import train
 
     task, m, t = build_configs("sort3", None, None, {**SORT_MODEL, **SORT_TRAIN})
     result = train(task, m, t)
@@ -231,7 +232,7 @@ def sort_trained(tmp_path_factory):
 def test_tiny_model_learns_sort3(sort_trained):
     """Chance is 1/6 for three distinct values; 200 steps must do far better on held-out
     problems, and greedy decoding must agree with the teacher-forced fast path."""
-    from arithsweep.core.evaluate import exact_match, greedy_decode
+    from arithsweep.core.evaluation.evaluate import exact_match, greedy_decode
 
     result, _ = sort_trained
     task = result.task

@@ -45,7 +45,7 @@ def _samples(space: Space, n: int = 30, seed: int = 0) -> list[tuple[optuna.Tria
 
 
 def _defaults(section: str) -> dict:
-    from arithsweep.core.model import ModelConfig
+    from arithsweep.core.model.model import ModelConfig
 
     cls = {"model": ModelConfig, "train": TrainConfig}.get(section)
     if cls is None:
@@ -75,7 +75,7 @@ def test_shipped_spaces_are_listed() -> None:
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_space_samples_valid_configs(name: str) -> None:
-    from arithsweep.core.model import ModelConfig
+    from arithsweep.core.model.model import ModelConfig
 
     space = load_space(name)
     samples = _samples(space)

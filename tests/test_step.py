@@ -1,17 +1,17 @@
-"""The pack's training step (core/step.py): when capture applies, and, where CUDA is present,
-a captured run against an eager one on the same batches."""
+"""The pack's training step (core/training/step.py): when capture applies, and, where CUDA is
+present, a captured run against an eager one on the same batches."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from arithsweep.core import train as T
 from arithsweep.core.config import ModelConfig, TrainConfig
-from arithsweep.core.model import ArithTransformer
-from arithsweep.core.population import PackAdamW
-from arithsweep.core.step import WARMUP, PackStep, capture_blocker
-from arithsweep.core.tasks import get_task
+from arithsweep.core.data.tasks import get_task
+from arithsweep.core.model.model import ArithTransformer
+from arithsweep.core.training import train as T
+from arithsweep.core.training.population import PackAdamW
+from arithsweep.core.training.step import WARMUP, PackStep, capture_blocker
 
 TASK = get_task("add3")
 CUDA = torch.device("cuda")  # a device object needs no GPU; only running on it does

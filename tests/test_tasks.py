@@ -1,12 +1,13 @@
-"""Tests for arithsweep.core.tasks: encoding round trips, carry classes, holdout split, sampling."""
+"""Tests for arithsweep.core.data.tasks: encoding round trips, carry classes, holdout split,
+sampling."""
 
 import random
 
 import pytest
 import torch
 
+from arithsweep.core.data.tasks import Format, get_task, parse_format, task_names_help
 from arithsweep.core.errors import ConfigError
-from arithsweep.core.tasks import Format, get_task, parse_format, task_names_help
 
 FORMATS = [None, "nopad", "fwdans", "revops,nodelim", "nopad,fwdans,revops", "fwdans,nodelim"]
 TASKS = ["add3", "sub3", "mix3", "mul3", "add18", "sub18", "mix18", "mul9", "add1", "mix1"]

@@ -8,16 +8,17 @@ import math
 import pytest
 import torch
 
-import arithsweep.core.train as train_mod
+import arithsweep.core.training.train as train_mod
 from arithsweep.core.config import TrainConfig
+from arithsweep.core.data.tasks import get_task
 from arithsweep.core.errors import ConfigError
-from arithsweep.core.evaluate import exact_match
-from arithsweep.core.model import ArithTransformer
+from arithsweep.core.evaluation.confirm import eval_problems, eval_size_of, reached
+from arithsweep.core.evaluation.evaluate import exact_match
+from arithsweep.core.evaluation.stats import Z95, wilson_lower, z_for
+from arithsweep.core.model.model import ArithTransformer
 from arithsweep.core.overrides import build_configs
-from arithsweep.core.population import train
-from arithsweep.core.stats import Z95, wilson_lower, z_for
-from arithsweep.core.tasks import get_task
-from arithsweep.core.train import eval_problems, eval_size_of, lr_at, reached
+from arithsweep.core.training.population import train
+from arithsweep.core.training.train import lr_at
 
 
 def test_add2_reaches_100_percent_on_all_problems(add2_trained):
@@ -150,6 +151,26 @@ def test_early_stop_corrects_for_picking_the_best_of_k_seeds():
     assert reached(em, 4096, 0.99, 1)
     assert not reached(em, 4096, 0.99, 8)
     assert reached(em, 4096, 0.99, 0)  # no live seed is treated as one (no correction)
+
+
+def test_a_small_task_checked_on_every_problem_is_gated_by_the_raw_estimate():
+    """mul2's held-out side is 634 problems: under the bound only 99.8%+ could ever reach 0.99,
+    so a 99.2% seed never earned the (exact, cheap) check on all 10^4 problems."""
+    from types import SimpleNamespace
+
+    from arithsweep.core.evaluation.confirm import FullCheck
+
+    def seen(em, n):
+        return SimpleNamespace(best_em=em, failed=[False, False], eval_size=n)
+
+    small = FullCheck(get_task("mul2"), 0.99)
+    assert small.exhaustive and small.held_out_reached(seen(0.992, 634))
+    assert not small.held_out_reached(seen(0.985, 634))
+    big = FullCheck(get_task("add3"), 0.99)  # 10^6 problems: each check costs; keep the bound
+    assert big.exhaustive and not big.held_out_reached(seen(0.992, 4096))
+    assert big.held_out_reached(seen(1.0, 4096))
+    sampled = FullCheck(get_task("add6"), 0.99)
+    assert not sampled.exhaustive and not sampled.held_out_reached(seen(0.992, 4096))
 
 
 @pytest.mark.parametrize("n", [256, 640, 4096])

@@ -9,10 +9,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from arithsweep.core.checkpoint import load_checkpoint
+from arithsweep.core.data.tasks import get_task
 from arithsweep.core.errors import ArithsweepError, CheckpointError
-from arithsweep.core.model import ArithTransformer, count_params
-from arithsweep.core.tasks import get_task
+from arithsweep.core.model.checkpoint import load_checkpoint
+from arithsweep.core.model.model import ArithTransformer, count_params
 from arithsweep.leaderboard.board import open_db
 from arithsweep.leaderboard.verify import build_suite, verify
 
@@ -97,8 +97,8 @@ def test_large_task_suite_composition():
 
 
 def test_untrained_model_checkpoint_verifies_near_zero(tmp_path):
-    from arithsweep.core.checkpoint import save_checkpoint
-    from arithsweep.core.model import ModelConfig
+    from arithsweep.core.model.checkpoint import save_checkpoint
+    from arithsweep.core.model.model import ModelConfig
 
     task = get_task("add1")
     cfg = ModelConfig(vocab_size=task.vocab_size, n_ctx=task.n_ctx, d_model=4, n_heads=1, d_ff=4)

@@ -12,6 +12,7 @@ code 2; nothing is half-written.
 from __future__ import annotations
 
 import sys
+import warnings
 
 import typer
 
@@ -44,6 +45,8 @@ def main() -> None:
         from click import exceptions as cx
 
     cmd = typer.main.get_command(app)
+    # a library's warning reaches a user as one line, not a source line and a category name
+    warnings.formatwarning = lambda message, *_a, **_k: f"warning: {one_line(str(message))}\n"
     try:
         code = cmd.main(args=sys.argv[1:], prog_name="arithsweep", standalone_mode=False)
     except getattr(cx, "NoArgsIsHelpError", ()) as e:

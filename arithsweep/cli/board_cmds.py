@@ -87,7 +87,7 @@ def leaderboard(
     from arithsweep.leaderboard import publish as formats
 
     if task is not None:
-        from arithsweep.core.formats import task_name  # torch-free: this path stays fast
+        from arithsweep.core.data.formats import task_name  # torch-free: this path stays fast
 
         task = task_name(task)
     board = _open(db, create=False)

@@ -107,8 +107,8 @@ def inspect(
     if png is not None and png.suffix.lower() != ".png":
         raise ArithsweepError(f"--png {png}: the picture is a PNG; give a path ending in .png")
     path, row = _resolve(target, db)
-    from arithsweep.core.checkpoint import load_checkpoint
-    from arithsweep.core.inspect import accuracy_views, draw, inspect_problem
+    from arithsweep.core.evaluation.inspect import accuracy_views, draw, inspect_problem
+    from arithsweep.core.model.checkpoint import load_checkpoint
 
     ck = load_checkpoint(path)
     if row is not None and row.get("sha256") and row["sha256"] != ck.sha256:

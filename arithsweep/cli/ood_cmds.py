@@ -1,17 +1,21 @@
 """`arithsweep ood`: length generalisation of one model, as a digits-of-a x digits-of-b grid.
 
 Takes a leaderboard entry (id or sha256 prefix, resolved like `show`) or a checkpoint
-directory, evaluates exact match per cell with `arithsweep.core.ood.ood_grid` (torch is
+directory, evaluates exact match per cell with `arithsweep.core.evaluation.ood.ood_grid` (torch is
 imported inside the command), prints a Rich table or --json, optionally writes a heatmap PNG,
 and logs that PNG to the model's MLflow run when it has one and the tracking store exists.
+`--loops` with a comma list sweeps a looped model's test-time recurrences instead: one grid per
+loop count on the same problems, compared on the n x n diagonal (a table, a curve PNG).
 
     arithsweep ood runs/add8/best --max-digits 16 --png ood.png
     arithsweep ood 3 --loops 4 --json
+    arithsweep ood runs/add8-looped --max-digits 16 --loops 1,2,4,8 --png loops.png
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -76,13 +80,80 @@ def _table(g: Any) -> Table:
     return tab
 
 
+def _loop_counts(text: str | None) -> list[int] | None:
+    """--loops "4" -> [4], "1,2,4,8" -> [1, 2, 4, 8], None -> None (as trained)."""
+    if text is None:
+        return None
+    counts: list[int] = []
+    for item in (s.strip() for s in text.split(",")):
+        if not item:
+            raise ArithsweepError(f"--loops {text!r}: an empty item; give one loop count or a "
+                                  f"comma list such as 1,2,4,8")
+        if not re.fullmatch(r"[+-]?\d+", item) or int(item) < 1:
+            raise ArithsweepError(f"--loops {text}: {item!r} must be a whole number >= 1 (one "
+                                  f"loop count or a comma list such as 1,2,4,8)")
+        if int(item) in counts:
+            raise ArithsweepError(f"--loops {text}: {int(item)} is listed twice")
+        counts.append(int(item))
+    return counts
+
+
+def _loop_table(grids: list[Any]) -> Table:
+    g0 = grids[0]
+    tab = Table(title=f"{g0.trained_task} -> {g0.task} · exact match % on n x n digits by "
+                      f"test-time loops (underlined: trained lengths <= {g0.train_digits})")
+    tab.add_column("loops \\ n", justify="right", style="bold")
+    for j in range(g0.max_digits):
+        tab.add_column(str(j + 1), justify="right")
+    tab.add_column("ratio", justify="right")
+    for g in grids:
+        trained = g.loops == g.trained_loops
+        label = f"{g.loops} (trained)" if trained else str(g.loops)
+        ratio = f"[bold]{g.ratio:.2f}[/]" if trained else f"{g.ratio:.2f}"
+        tab.add_row(label, *(_cell(g.exact_match[i][i], i < g.train_digits)
+                             for i in range(g.max_digits)), ratio)
+    return tab
+
+
+def _sweep(ck: Any, counts: list[int], max_digits: int, per_cell: int, seed: int,
+           png: Path | None, run_id: str | None, mlflow_uri: str | None, as_json: bool) -> None:
+    """`--loops 1,2,4,8`: one grid per loop count, compared on the diagonal."""
+    from arithsweep.core.evaluation.ood import loop_comparison, ood_loop_sweep, save_loop_curve
+
+    grids = ood_loop_sweep(ck, max_digits, counts, per_cell=per_cell, seed=seed)
+    logged = None
+    if png is not None:
+        save_loop_curve(grids, png, name=Path(ck.path).name)
+        logged = _log_png(run_id, png, mlflow_uri)
+    g0 = grids[0]
+    if as_json:
+        return print_json({
+            "task": g0.task, "trained_task": g0.trained_task, "train_digits": g0.train_digits,
+            "max_digits": g0.max_digits, "trained_loops": g0.trained_loops,
+            "per_cell": g0.per_cell, "seed": g0.seed, "params": g0.params,
+            "comparison": loop_comparison(grids),
+            "loops": [{"loops": g.loops, **g.to_dict()} for g in grids],
+            "checkpoint": str(ck.path), "png": str(png) if png else None,
+            "mlflow_run_id": run_id, "png_logged_to": logged})
+    out.print(_loop_table(grids))
+    ratios = " ".join(f"{g.loops}:{g.ratio:.2f}" for g in grids)
+    out.print(f"{g0.params} parameters · trained on <= {g0.train_digits} digits with "
+              f"{g0.trained_loops} loops · ratio (exact match >= 90% at every length up to it, "
+              f"over the trained length) by loops: [bold]{ratios}[/]")
+    if g0.clamped_from is not None:
+        err.print(f"note: abacus indices above {g0.clamped_from} share the table's last row "
+                  f"(abacus_max={g0.clamped_from + 1})")
+    if png is not None:
+        out.print(f"loop curve {png}" + (f" (logged to MLflow run {run_id})" if logged else ""))
+
+
 def ood(
     target: str = typer.Argument(..., metavar="ENTRY|CHECKPOINT", help="leaderboard entry (id or sha256 prefix) or checkpoint directory"),
     max_digits: int = typer.Option(None, "--max-digits", "-m", help="test operands up to M digits (default: twice the trained length, at least the task's)"),
-    loops: int = typer.Option(None, "--loops", help="recurrences at test time for a looped model (default: as trained)"),
+    loops: str = typer.Option(None, "--loops", help="recurrences at test time for a looped model (default: as trained); a comma list (1,2,4,8) compares them"),
     per_cell: int = typer.Option(200, "--per-cell", help="held-out problems per cell (fewer where a cell has fewer)"),
     seed: int = typer.Option(0, "--seed", help="seed of the problem sample"),
-    png: Path = typer.Option(None, "--png", help="write a heatmap PNG here (logged to the MLflow run, if any)"),
+    png: Path = typer.Option(None, "--png", help="write a heatmap PNG here, or with several --loops a curve per loop count (logged to the MLflow run, if any)"),
     mlflow_uri: str = typer.Option(None, "--mlflow-uri", help="tracking URI for the PNG (default $MLFLOW_TRACKING_URI or searches/mlflow.db)"),
     db: str = typer.Option(None, "--db", help=DB_HELP),
     as_json: bool = typer.Option(False, "--json"),
@@ -90,12 +161,13 @@ def ood(
     """Length generalisation: exact match per (digits of a, digits of b) cell, past training."""
     if max_digits is not None and max_digits < 1:
         raise ArithsweepError(f"--max-digits {max_digits}: must be >= 1")
-    if loops is not None and loops < 1:
-        raise ArithsweepError(f"--loops {loops}: must be >= 1")
+    counts = _loop_counts(loops)
+    if png is not None and png.suffix.lower() != ".png":  # matplotlib would add .png unasked
+        raise ArithsweepError(f"--png {png}: the picture is a PNG; give a path ending in .png")
     path, run_id = _resolve(target, db)
-    from arithsweep.core.checkpoint import load_checkpoint
-    from arithsweep.core.ood import WIDE_POSITIONS, ood_grid, save_heatmap
-    from arithsweep.core.tasks import MAX_DIGITS
+    from arithsweep.core.data.tasks import MAX_DIGITS
+    from arithsweep.core.evaluation.ood import WIDE_POSITIONS, ood_grid, save_heatmap
+    from arithsweep.core.model.checkpoint import load_checkpoint
 
     ck = load_checkpoint(path)
     run_id = run_id or ck.meta.get("mlflow_run_id")
@@ -110,7 +182,9 @@ def ood(
                       f"operands at most; the grid stops there (abacus, rope or none go "
                       f"further)")
             max_digits = ck.task.n_digits
-    g = ood_grid(ck, max_digits, loops=loops, per_cell=per_cell, seed=seed)
+    if counts is not None and len(counts) > 1:
+        return _sweep(ck, counts, max_digits, per_cell, seed, png, run_id, mlflow_uri, as_json)
+    g = ood_grid(ck, max_digits, loops=counts[0] if counts else None, per_cell=per_cell, seed=seed)
     logged = None
     if png is not None:
         save_heatmap(g, png)

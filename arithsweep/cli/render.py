@@ -16,7 +16,7 @@ import json
 import re
 from typing import Any
 
-from arithsweep.core.stats import class_health
+from arithsweep.core.evaluation.stats import class_health
 from arithsweep.leaderboard.publish import COLUMNS, RIGHT_ALIGNED, cells, percent
 from arithsweep.leaderboard.report import nines
 
@@ -121,7 +121,7 @@ def entry_detail(row: dict[str, Any]) -> Any:
 
 def _titles(task: str | None) -> dict[str, tuple[str, ...]]:
     """Breakdown headings: sorting reuses the carry/lengths buckets for inversions (S0 = already
-    sorted, see core/sort_task.py) and the digit counts of its smallest and largest values."""
+    sorted, see core/data/sort_task.py) and the digit counts of its smallest and largest values."""
     if str(task or "").startswith("sort"):
         return {"by_carry": ("By inversions (0 = already sorted)", "inversions", "inv "),
                 "by_lengths": ("By value lengths (smallest x largest)", "digits")}

@@ -18,14 +18,14 @@ from typing import Any
 
 import torch
 
-from arithsweep.core.checkpoint import load_checkpoint
 from arithsweep.core.config import TrainConfig
-from arithsweep.core.confirm import FullCheck
-from arithsweep.core.evaluate import greedy_decode
-from arithsweep.core.model import ModelConfig, count_params, param_breakdown
-from arithsweep.core.population import train
-from arithsweep.core.tasks import Task
-from arithsweep.core.train import EvalPoint, TrainResult
+from arithsweep.core.data.tasks import Task
+from arithsweep.core.evaluation.confirm import FullCheck
+from arithsweep.core.evaluation.evaluate import greedy_decode
+from arithsweep.core.model.checkpoint import load_checkpoint
+from arithsweep.core.model.model import ModelConfig, count_params, param_breakdown
+from arithsweep.core.training.population import train
+from arithsweep.core.training.train import EvalPoint, TrainResult
 
 
 def _progress(enabled: bool):

@@ -31,11 +31,11 @@ from typing import Any
 import torch
 
 from arithsweep.core.config import TrainConfig
-from arithsweep.core.evaluate import exact_match, greedy_decode
-from arithsweep.core.model import ArithTransformer, ModelConfig, count_params
-from arithsweep.core.population import train, train_population
-from arithsweep.core.tasks import get_task
-from arithsweep.core.train import resolve_device
+from arithsweep.core.data.tasks import get_task
+from arithsweep.core.evaluation.evaluate import exact_match, greedy_decode
+from arithsweep.core.model.model import ArithTransformer, ModelConfig, count_params
+from arithsweep.core.training.population import train, train_population
+from arithsweep.core.training.train import resolve_device
 
 BENCH_TASK = "add10"
 
@@ -147,7 +147,7 @@ def em_throughput(task, cfg: ModelConfig, n: int, n_greedy: int, device: str) ->
 def sampler_throughput(task, k: int, chunks: int, device: str,
                        log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Training problems/s, sampled and encoded, for K members: sampler "hash" vs "stream"."""
-    from arithsweep.core.train import DATA_CHUNK_STEPS, _DataStream
+    from arithsweep.core.training.train import DATA_CHUNK_STEPS, _DataStream
 
     dev, out = resolve_device(device), {}
     for sampler in ("hash", "stream"):
@@ -197,7 +197,7 @@ class _Utilisation:
 def cuda_rows(task, cfg: ModelConfig, device: str, quick: bool,
               log: Callable[[str], None] | None) -> list[dict[str, Any]]:
     """Aggregate examples/s on CUDA by K, step mode and attention kernel (see module doc)."""
-    from arithsweep.core import layers
+    from arithsweep.core.model import layers
 
     steps, batch = (20, 256) if quick else (60, 256)
     runs = [(k, True, "fused") for k in (1, 64, 1024)] + [(1024, False, "fused"),

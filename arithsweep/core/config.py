@@ -115,7 +115,7 @@ class ModelConfig(DictConfig):
     tie_kv: bool = False  # keys and values share one projection (needs d_head == d_vhead)
     # ---- frontier options (reference/frontier-architectures.md; README "Model family").
     # Every weight the forward pass uses is owned (trainable, counted) or derived from owned
-    # ones (core/weights.py); each option below names what it derives and what it saves.
+    # ones (core/model/weights.py); each option below names what it derives and what it saves.
     n_kv_heads: int | None = None  # K/V heads shared by groups of query heads (GQA); None = n_heads
     qk_norm: str = "none"  # none | head: RMSNorm of every q and k head before RoPE, own weights
     #   for q and k (2 * d_head) | shared: one d_head weight for both
@@ -290,12 +290,12 @@ class TrainConfig(DictConfig):
     # uniform (operand lengths uniform) | values (operands uniform over the problem space) |
     # carry (carry cascades forced) | mixed: carry_frac carry, the rest half uniform, half values
     # | enriched: Quirke's classes S0..S5, M0..M4, N1..N4 in equal shares (add/sub/mix only;
-    # core/quirke.py)
+    # core/data/quirke.py)
     sampling: str = "mixed"
     # hash: counter-based, keyed by (seed, step, row), all members in one vectorised call, the
-    # same on CPU and CUDA (core/hash_sampling.py). stream: the older per-seed torch.Generator
+    # same on CPU and CUDA (core/data/hash_sampling.py). stream: the older per-seed torch.Generator
     # stream; checkpoints saved without this field were trained with it, so loading one (or
-    # retraining from its config.json) without the field means "stream" (checkpoint.py,
+    # retraining from its config.json) without the field means "stream" (model/checkpoint.py,
     # overrides.py); recipes/add10-742.yaml says `sampler: stream` itself.
     sampler: str = "hash"
     carry_frac: float = 0.25  # with "mixed": share of each batch drawn carry-enriched
@@ -352,7 +352,7 @@ class TrainConfig(DictConfig):
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     compile: bool = False  # torch.compile the packed loss (pays off on long runs)
     # on CUDA, record the whole step (forward, backward, clipping, AdamW) once as a CUDA graph
-    # and replay it (core/step.py); false = launch every kernel every step (for comparison)
+    # and replay it (core/training/step.py); false = launch every kernel every step (for comparison)
     cuda_graph: bool = True
     time_budget: float = 0.0  # seconds; stop after the evaluation that crosses it; 0 = none
 

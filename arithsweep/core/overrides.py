@@ -102,8 +102,8 @@ def build_configs(
 ):
     """-> (Task, ModelConfig, TrainConfig), validated; the file's values, then the overrides."""
     from arithsweep.core.config import ModelConfig
-    from arithsweep.core.formats import fill_places
-    from arithsweep.core.tasks import get_task
+    from arithsweep.core.data.formats import fill_places
+    from arithsweep.core.data.tasks import get_task
 
     doc = read_config_file(config_file) if config_file else {}
     name = task_name or doc.get("task")

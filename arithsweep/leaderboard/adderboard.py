@@ -85,17 +85,9 @@ def _module_source(mod: Any) -> str:
 
 def submission_source(row: dict[str, Any], weights_dir: str, author: str = "arithsweep") -> str:
     """The text of the submission file for a leaderboard row (an addition task)."""
-    from arithsweep.core import (
-        config,
-        config_checks,
-        errors,
-        formats,
-        layers,
-        model,
-        sampling,
-        tasks,
-        weights,
-    )
+    from arithsweep.core import config, config_checks, errors
+    from arithsweep.core.data import formats, sampling, tasks
+    from arithsweep.core.model import layers, model, weights
 
     metadata = {
         "name": f"arithsweep {row['task']} #{row['id']}",
@@ -184,7 +176,7 @@ def export_adderboard(row: dict[str, Any], dest: str | Path) -> list[Path]:
     for name in ("model.safetensors", "config.json"):
         if not (src / name).is_file():
             raise ArithsweepError(f"entry {row['id']}: checkpoint file {src / name} is missing")
-    from arithsweep.core.checkpoint import sha256_file
+    from arithsweep.core.model.checkpoint import sha256_file
 
     if sha256_file(src / "model.safetensors") != row["sha256"]:
         raise ArithsweepError(

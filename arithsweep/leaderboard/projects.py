@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from arithsweep.core.stats import nines, percent
+from arithsweep.core.evaluation.stats import nines, percent
 
 PICTURES = "pictures"  # beside LEADERBOARD.md; committed by hand, linked when present
 # (ood-*: `arithsweep ood --png`; inspect-*: `arithsweep inspect --png`; frontier-<task>*: a

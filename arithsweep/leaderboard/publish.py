@@ -39,7 +39,7 @@ from typing import Any
 
 from arithsweep import __version__
 from arithsweep.core.errors import ArithsweepError
-from arithsweep.core.stats import class_health, percent
+from arithsweep.core.evaluation.stats import class_health, percent
 from arithsweep.leaderboard.projects import project_sections
 
 # Columns of every human-facing table (markdown, Rich); `cells` renders one row.

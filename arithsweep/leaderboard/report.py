@@ -5,8 +5,8 @@ weights alone, `leaderboard.Leaderboard.record` stores it. This module is pure s
 so that the leaderboard, the tables and `arithsweep leaderboard` never pull in torch.
 
     python -c "from arithsweep.leaderboard.report import *; print(SUITE)"
-The statistics it is scored with (`wilson_lower`, `nines`) live in `arithsweep.core.stats`,
-because training's early stop uses the same bound.
+The statistics it is scored with (`wilson_lower`, `nines`) live in
+`arithsweep.core.evaluation.stats`, because training's early stop uses the same bound.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 from arithsweep import __version__
 from arithsweep.core.errors import ArithsweepError
-from arithsweep.core.stats import Z95, nines, wilson_lower  # noqa: F401  (part of a report's API)
+from arithsweep.core.evaluation.stats import Z95, nines, wilson_lower  # noqa: F401  (part of a report's API)
 
 # v2 (v1 + Quirke-enriched holdout part, lengths part distinct from the random part); an entry
 # keeps the suite name it was verified with
@@ -47,7 +47,7 @@ class Bucket:
 
     @property
     def nines(self) -> int:
-        """Quirke's nines for this slice alone (see arithsweep.core.stats.nines)."""
+        """Quirke's nines for this slice alone (see arithsweep.core.evaluation.stats.nines)."""
         return nines(self.failures, self.n)
 
     def to_dict(self) -> dict[str, int]:

@@ -6,7 +6,7 @@
   10^5 with uniform operand lengths (none of them repeating the random part), AdderBoard's
   edge cases, carry/borrow-cascade problems of every cascade length and, for add/sub/mix,
   Quirke's enriched data: ENRICHED_PER_CLASS distinct problems of each of his classes
-  (S0..S5, M0..M4, N1..N4, see core/quirke.py), none repeating an earlier part;
+  (S0..S5, M0..M4, N1..N4, see core/data/quirke.py), none repeating an earlier part;
 - exact match by the teacher-forced fast path (proved equal to greedy decoding in the tests),
   failures shown by real greedy decoding, Quirke's nines, the Wilson 95% lower bound and
   breakdowns by carry class, operand lengths, answer length and Quirke class (each with its
@@ -28,12 +28,12 @@ from typing import Any
 import torch
 
 from arithsweep import __version__
-from arithsweep.core.checkpoint import Checkpoint, load_checkpoint
+from arithsweep.core.data.quirke import class_names, enriched_sample, supported
+from arithsweep.core.data.sampling import _distinct
+from arithsweep.core.data.tasks import Task
 from arithsweep.core.errors import ArithsweepError, ConfigError
-from arithsweep.core.evaluate import breakdown, exact_match, greedy_decode
-from arithsweep.core.quirke import class_names, enriched_sample, supported
-from arithsweep.core.sampling import _distinct
-from arithsweep.core.tasks import Task
+from arithsweep.core.evaluation.evaluate import breakdown, exact_match, greedy_decode
+from arithsweep.core.model.checkpoint import Checkpoint, load_checkpoint
 from arithsweep.leaderboard.report import SUITE, VerificationReport, nines, wilson_lower
 
 SUITE_SEED = 0x0ADD_5EED  # the suite's random sample; no training stream uses this seed
@@ -91,7 +91,7 @@ def _lengths_part(task: Task, gen: torch.Generator,
 def build_suite(task: Task) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
     """Problems of suite v2 for `task`: (a, b, op, seed)."""
     if task.op == "sort":  # sorting has its own cases (ties, sorted, reversed): see sort_task
-        from arithsweep.core.sort_task import sort_suite
+        from arithsweep.core.data.sort_task import sort_suite
 
         return sort_suite(task)
     if task.n_problems <= EXHAUSTIVE_MAX:

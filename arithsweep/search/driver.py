@@ -88,7 +88,7 @@ def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = N
     mlflow_uri = (stored.get("mlflow_uri") or _abs_tracking_uri(opts.mlflow_uri)
                   or _abs_sqlite(root / "mlflow.db"))
 
-    from arithsweep.core.tasks import get_task
+    from arithsweep.core.data.tasks import get_task
     from arithsweep.search.spaces import default_space, load_space
 
     get_task(task)  # unknown task: one clear error before anything starts

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ray import tune
 
-from arithsweep.core.checkpoint import add_meta
+from arithsweep.core.model.checkpoint import add_meta
 from arithsweep.search import run_settings
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """What a search space may set, and one parsed dimension of it (`Param`, `Condition`).
 
 A space file names `model.*` (ModelConfig), `train.*` (TrainConfig) and `format.*` (Format)
-fields; this module reads those dataclasses once (lazily: `arithsweep.core.model` imports
+fields; this module reads those dataclasses once (lazily: `arithsweep.core.model.model` imports
 torch, `config` and `tasks` stay light) and answers "is this value of the right type for that
 field, and what is its default?" for the parser in `arithsweep.search.space_file`.
 
@@ -67,7 +67,7 @@ def section_class(section: str) -> type:
     if section == "train":
         from arithsweep.core.config import TrainConfig
         return TrainConfig
-    from arithsweep.core.formats import Format
+    from arithsweep.core.data.formats import Format
     return Format
 
 

@@ -19,7 +19,7 @@ A space file looks like
 
 Sections are `model` (ModelConfig fields except vocab_size/n_ctx, which come from the task),
 `train` (TrainConfig fields) and `format` (Format fields, or a fixed format string parsed by
-`arithsweep.core.tasks.parse_format`), plus `name` and `description`.
+`arithsweep.core.data.tasks.parse_format`), plus `name` and `description`.
 A value is a fixed scalar or exactly one of `{choice: [..]}`, `{int: [lo, hi]}` (optional
 `step: k`, `log: true`) or `{float: [lo, hi]}` (optional `log: true`), optionally with
 `when: {key: cond, ...}` (all must hold): cond is a scalar (equal), a list (one of) or
@@ -100,7 +100,7 @@ class SpaceFile:
         """Cheap checks of a sampled nested config; raise ConfigError naming the space.
 
         Builds a TrainConfig and a Format; a ModelConfig too when vocab_size and n_ctx are
-        given (that imports torch through arithsweep.core.model); checks keys and types.
+        given (that imports torch through arithsweep.core.model.model); checks keys and types.
         """
         specs = field_specs()
         extra = sorted(set(cfg) - set(SECTIONS))
@@ -251,7 +251,7 @@ def _parse_start(body: Any, defined: dict[str, Param],
 
 
 def _format_words(text: str, fail: Callable[[str | None, str], ConfigError]) -> dict[str, Any]:
-    from arithsweep.core.formats import parse_format
+    from arithsweep.core.data.formats import parse_format
 
     try:
         return dataclasses.asdict(parse_format(text))

@@ -155,7 +155,7 @@ def default_space(task: str) -> str:
     """The shipped space a search uses when none is named: the one made for that kind of task
     (sorting; Quirke's sub/mix; multiplication; 6+ digit addition, whose tiny 1-layer widths
     tiny cannot reach; everything else the small-task space)."""
-    from arithsweep.core.tasks import get_task  # the one task-name parser; torch, so lazily
+    from arithsweep.core.data.tasks import get_task  # the one task-name parser; torch, so lazily
 
     t = get_task(task)
     if t.op == "sort":

@@ -1,9 +1,9 @@
 """The Ray Tune function trainable: one search trial = one architecture, trained in rounds.
 
 Runs inside a Ray worker. Round 1 trains the proposal's K seeds as one pack with
-`arithsweep.core.population.train`; every evaluation is reported to Tune (`tune.report`), with a
-checkpoint of the best seed whenever the trial's best exact match improves. A trial stops on
-its own curve, never because a model of another size is ahead of it:
+`arithsweep.core.training.population.train`; every evaluation is reported to Tune
+(`tune.report`), with a checkpoint of the best seed whenever the trial's best exact match
+improves. A trial stops on its own curve, never because a model of another size is ahead of it:
 
 - reached: a seed's held-out exact match clears the target (Wilson bound, corrected for the
   best of K) *and* the seed passes on the whole problem set (or 200k held-out problems), the
@@ -19,8 +19,8 @@ The last report carries `stop_reason`, `rounds`, and `seeds_reached` out of `see
 the success rate a user needs to reproduce the architecture.
 
 A pack (config with several proposals, see `arithsweep.search.packs`) trains them as one
-population with `arithsweep.core.population.train_population`: one round, each proposal with
-its own plateau / reached rule, reported under `p<j>/` keys in one Tune report per
+population with `arithsweep.core.training.population.train_population`: one round, each
+proposal with its own plateau / reached rule, reported under `p<j>/` keys in one Tune report per
 evaluation, and a checkpoint holding `p<j>/best` for every proposal whenever one improves.
 
 Workers never open the leaderboard or MLflow: all bookkeeping happens on the driver. Not run
@@ -124,7 +124,7 @@ def run_trial(config: dict[str, Any]) -> None:
 
 class _Trial:
     def __init__(self, setup: Any, const: dict[str, Any]) -> None:
-        from arithsweep.core.confirm import FullCheck
+        from arithsweep.core.evaluation.confirm import FullCheck
 
         self.setup, self.const = setup, const
         self.target = float(setup.train_cfg.target)
@@ -138,7 +138,7 @@ class _Trial:
         self.stop_reason = ""
 
     def run(self) -> None:
-        from arithsweep.core.population import train
+        from arithsweep.core.training.population import train
 
         cfg = self.setup.train_cfg
         rounds = 1 + int(self.const.get("extra_rounds", 1) or 0)
@@ -193,7 +193,7 @@ class _Pack:
     def __init__(self, setups: list[Any], const: dict[str, Any]) -> None:
         import copy
 
-        from arithsweep.core.confirm import FullCheck
+        from arithsweep.core.evaluation.confirm import FullCheck
 
         self.setups, self.const = setups, const
         self.target = float(setups[0].train_cfg.target)
@@ -213,7 +213,7 @@ class _Pack:
         self.improved = False
 
     def run(self) -> None:
-        from arithsweep.core.population import train_population
+        from arithsweep.core.training.population import train_population
 
         cfgs = [replace(s.train_cfg, early_stop=False) for s in self.setups]
         results = train_population(self.setups[0].task, self.setups[0].model_cfg, cfgs,

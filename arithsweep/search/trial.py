@@ -25,7 +25,7 @@ SEED_BLOCK = 1 << 20
 
 @dataclass
 class TrialSetup:
-    task: Any  # arithsweep.core.tasks.Task
+    task: Any  # arithsweep.core.data.tasks.Task
     model_cfg: Any  # arithsweep.core.config.ModelConfig
     train_cfg: Any  # arithsweep.core.config.TrainConfig
     params: int
@@ -53,9 +53,9 @@ def build_trial(config: dict[str, Any]) -> TrialSetup:
     seeds (a block of its own per Optuna trial unless the space fixes train.seed).
     """
     from arithsweep.core.config import TrainConfig
-    from arithsweep.core.formats import Format, fill_places
-    from arithsweep.core.model import ModelConfig, count_params
-    from arithsweep.core.tasks import get_task
+    from arithsweep.core.data.formats import Format, fill_places
+    from arithsweep.core.data.tasks import get_task
+    from arithsweep.core.model.model import ModelConfig, count_params
 
     model, train, fmt, const = trial_sections(config)
     task = get_task(const["task"], Format(**fmt))
@@ -87,9 +87,9 @@ class ProposalSizer:
         self._cache: dict[tuple, int] = {}
 
     def __call__(self, config: dict[str, Any]) -> int:
-        from arithsweep.core.formats import Format
-        from arithsweep.core.model import ModelConfig, count_params
-        from arithsweep.core.tasks import get_task
+        from arithsweep.core.data.formats import Format
+        from arithsweep.core.data.tasks import get_task
+        from arithsweep.core.model.model import ModelConfig, count_params
 
         model, _, fmt, _ = trial_sections({k: v for k, v in config.items() if k != CONST_KEY})
         key = (tuple(sorted(model.items())), tuple(sorted(fmt.items())))

@@ -1,4 +1,4 @@
-"""The layer primitives of the population model (`arithsweep.core.model`), CPU-tuned.
+"""The layer primitives of the population model (`arithsweep.core.model.model`), CPU-tuned.
 
 Every parameter is (K, ...): member i is p[i]. Projections are stored as W (K, d_in, d_out),
 but the residual stream runs feature-major, x (K, d, N) with N = B*T (b-major), so each
@@ -8,7 +8,7 @@ low-rank) projection, the causal attention with its hand-written backward, the o
 and norms folded into the projection they feed. `tests/test_model.py` checks them through
 the model (gradients against autograd included).
 
-    python -c "import torch; from arithsweep.core.layers import _lookup; \
+    python -c "import torch; from arithsweep.core.model.layers import _lookup; \
         print(_lookup(torch.eye(3)[None], torch.tensor([[2, 0]])))"
 """
 

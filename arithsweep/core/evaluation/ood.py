@@ -5,31 +5,38 @@ operands of at most N digits (`TrainConfig.train_digits`, abacus positions with 
 `ModelConfig.abacus_offset`), then test each M x M cell of operand lengths separately. A model
 whose task is shorter than M is evaluated on the same operation and format widened to M digits
 when its positions allow (abacus, rope, none: no table indexed by absolute position); a looped
-model can be re-run with more recurrences (`loops`: the blocks' weights are shared).
+model can be re-run with more recurrences (`loops`: the blocks' weights are shared), and
+`ood_loop_sweep` runs it at several loop counts on the same problems, as the paper does to show
+extra test-time loops carrying a looped model further past its training length.
 
 Problems are drawn uniformly within each cell, distinct, and only from the holdout side of the
 split (of both the wide task and the trained one), so nothing the model trained on, or was
 selected on beyond train_digits, is scored; small cells are listed exhaustively instead.
 
-    from arithsweep.core.ood import ood_grid, save_heatmap
+    from arithsweep.core.evaluation.ood import ood_grid, save_heatmap
     g = ood_grid("runs/add8/best", max_digits=16, loops=None, per_cell=200, seed=0)
     print(g.ratio, g.exact_match[15][15]); save_heatmap(g, "ood.png")
     arithsweep ood runs/add8/best --max-digits 16 --png ood.png
+
+    grids = ood_loop_sweep("runs/add8-looped/best", 16, loops=[1, 2, 4, 8], per_cell=200)
+    print(loop_comparison(grids)); save_loop_curve(grids, "loops.png", name="add8-looped")
+    arithsweep ood runs/add8-looped/best --max-digits 16 --loops 1,2,4,8 --png loops.png
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from arithsweep.core.data.sampling import _POW10, _distinct
+from arithsweep.core.data.tasks import MAX_DIGITS, Task, get_task
 from arithsweep.core.errors import ConfigError
-from arithsweep.core.evaluate import exact_match
-from arithsweep.core.model import ArithTransformer, count_params
-from arithsweep.core.sampling import _POW10, _distinct
-from arithsweep.core.tasks import MAX_DIGITS, Task, get_task
+from arithsweep.core.evaluation.evaluate import exact_match
+from arithsweep.core.model.model import ArithTransformer, count_params
 
 GOOD = 0.9  # exact match a cell needs to count as generalised (the `ratio`)
 # a cell with at most this many problems per wanted one is listed, not sampled: its held-out
@@ -67,7 +74,7 @@ class OODGrid:
 
 def _load(model_or_checkpoint: Any, task: Task | None) -> tuple[ArithTransformer, Task, int]:
     """(model k=1, its task, train digits) from a path, a Checkpoint, a TrainResult or a model."""
-    from arithsweep.core.checkpoint import Checkpoint, load_checkpoint
+    from arithsweep.core.model.checkpoint import Checkpoint, load_checkpoint
 
     obj = model_or_checkpoint
     if isinstance(obj, (str, Path)):
@@ -243,6 +250,39 @@ def ood_grid(model_or_checkpoint: Any, max_digits: int, loops: int | None = None
                    ratio=round(good / train_digits, 4), clamped_from=clamped)
 
 
+def ood_loop_sweep(model_or_checkpoint: Any, max_digits: int, loops: Sequence[int],
+                   per_cell: int = 200, seed: int = 0, task: Task | None = None) -> list[OODGrid]:
+    """One `ood_grid` per test-time loop count in `loops`, in that order, all on the same
+    problems (one seed): the paper's comparison of a looped model run with more or fewer
+    recurrences than it trained with. Arguments as for `ood_grid`."""
+    loops = list(loops)
+    if not loops:
+        raise ConfigError("loops=[]: give at least one loop count")
+    for n in loops:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ConfigError(f"loops={loops!r}: each must be a whole number >= 1, got {n!r}")
+    if len(set(loops)) < len(loops):
+        raise ConfigError(f"loops={loops!r}: a loop count is listed twice")
+    obj = model_or_checkpoint
+    if isinstance(obj, (str, Path)):  # load once, run at every loop count
+        from arithsweep.core.model.checkpoint import load_checkpoint
+
+        obj = load_checkpoint(obj)
+    return [ood_grid(obj, max_digits, loops=n, per_cell=per_cell, seed=seed, task=task)
+            for n in loops]
+
+
+def diagonal(grid: OODGrid) -> list[float | None]:
+    """Exact match of the n x n cells (both operands n digits), index n-1."""
+    return [grid.exact_match[i][i] for i in range(grid.max_digits)]
+
+
+def loop_comparison(grids: Sequence[OODGrid]) -> list[dict[str, Any]]:
+    """Per loop count: the diagonal's exact match and the grid's `ratio` (what a sweep shows)."""
+    return [{"loops": g.loops, "trained": g.loops == g.trained_loops, "diagonal": diagonal(g),
+             "generalises_to": g.generalises_to, "ratio": g.ratio} for g in grids]
+
+
 def save_heatmap(grid: OODGrid, path: str | Path) -> Path:
     """A PNG heatmap of the grid, the in-distribution square outlined; returns the path."""
     import matplotlib
@@ -283,4 +323,52 @@ def save_heatmap(grid: OODGrid, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return path
+
+
+def save_loop_curve(grids: Sequence[OODGrid], path: str | Path, name: str | None = None) -> Path:
+    """A PNG of exact match on the n x n cells against n, one line per loop count (the
+    trained count bold), the trained length dotted; returns the path."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display, and safe inside a Ray worker or CI
+    import matplotlib.pyplot as plt
+
+    if not grids:
+        raise ConfigError("save_loop_curve: no grids to draw")
+    g0 = grids[0]
+    M = g0.max_digits
+    xs = list(range(1, M + 1))
+    fig, ax = plt.subplots(figsize=(9.5, 5))
+    order = sorted(g.loops for g in grids)
+    cmap = plt.get_cmap("viridis")
+    for g in grids:
+        trained = g.loops == g.trained_loops
+        ys = [float("nan") if e is None else e for e in diagonal(g)]
+        colour = cmap(0.85 * order.index(g.loops) / max(1, len(order) - 1))
+        ax.plot(xs, ys, marker="o", color="black" if trained else colour,
+                linewidth=3.2 if trained else 1.4, markersize=6 if trained else 4,
+                zorder=3 if trained else 2,
+                label=f"{g.loops} loop{'s' * (g.loops > 1)}{' (trained)' * trained}: "
+                      f"ratio {g.ratio:.2f}")
+    ax.axvline(g0.train_digits, color="grey", linestyle=":", linewidth=1.5,
+               label=f"trained length ({g0.train_digits} digits)")
+    ax.axhline(GOOD, color="lightgrey", linestyle="--", linewidth=1, zorder=1)
+    ax.set_xticks(range(1, M + 1, 1 if M <= 20 else 2))
+    ax.set_xlim(0.5, M + 0.5)
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_xlabel("digits of each operand (n x n cell)")
+    ax.set_ylabel("exact match")
+    who = f"{name}: " if name else ""
+    ax.set_title(f"{who}{g0.trained_task} -> {g0.task}, {g0.params} parameters, trained with "
+                 f"{g0.trained_loops} loops\nexact match by test-time loops")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path = Path(path)
+    try:  # an unwritable path is the CLI's one error line; the figure is closed either way
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=110)
+    finally:
+        plt.close(fig)
     return path

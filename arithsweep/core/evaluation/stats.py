@@ -10,8 +10,9 @@
 
 Pure standard library: `arithsweep leaderboard` imports it without torch.
 
-    python -c "from arithsweep.core.stats import *; print(wilson_lower(990, 1000), nines(1, 10**6))"
-    python -c "from arithsweep.core.stats import *; print(z_for(0.05), z_for(0.05 / 8))"
+    python -c "from arithsweep.core.evaluation.stats import *; \\
+        print(wilson_lower(990, 1000), nines(1, 10**6))"
+    python -c "from arithsweep.core.evaluation.stats import *; print(z_for(0.05), z_for(0.05 / 8))"
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ and the AdderBoard export can embed this file verbatim ahead of it. Everything h
 - `_draw`: m random problems in one sampling mode (uniform lengths, values, carry-enriched);
 - `_distinct`: which rows of a batch of problems are first occurrences.
 
-    python -c "import torch; from arithsweep.core.sampling import _draw; \
+    python -c "import torch; from arithsweep.core.data.sampling import _draw; \
         print(_draw(4, torch.Generator().manual_seed(0), 'carry', 3, (0,)))"
 """
 

@@ -6,8 +6,8 @@ after each block, and exact match by answer length / accuracy by answer position
 held-out problems (all problems for small tasks). `arithsweep inspect` prints and draws them:
 
     arithsweep inspect runs/add3/best "123+456" --png add3.png
-    python -c "from arithsweep.core.checkpoint import load_checkpoint as L; \
-from arithsweep.core.inspect import inspect_problem as I; \
+    python -c "from arithsweep.core.model.checkpoint import load_checkpoint as L; \
+from arithsweep.core.evaluation.inspect import inspect_problem as I; \
 print(I(L('runs/add3/best').model, L('runs/add3/best').task, '123+456')['greedy_answer'])"
 
 Everything is read-only inference; nothing here trains, so reading held-out problems is fine.
@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
+from arithsweep.core.data.tasks import Task
 from arithsweep.core.errors import ConfigError
-from arithsweep.core.evaluate import breakdown, score
-from arithsweep.core.tasks import Task
+from arithsweep.core.evaluation.evaluate import breakdown, score
 
 VIEW_SEED = 0x1A5EC7  # the accuracy views' held-out sample; reproducible, trains nothing
 _DIGITS = 5  # decimals kept in JSON: enough to see a 0.999 head, small enough to read

@@ -9,8 +9,9 @@ asks for; the `*_weights` functions return the matrices the forward pass multipl
 (K, d_out, d_in) like `layers._Proj.matrix_t`, so ties cost nothing in the hot loop but a few
 tiny d x d ops per step. `tests/test_frontier.py` pins each rule and each count.
 
-    python -c "from arithsweep.core.model import ModelConfig, count_params; print(count_params(\
-ModelConfig(vocab_size=10, n_ctx=34, d_model=3, d_head=4, d_vhead=4, n_heads=1, d_ff=2)))"
+    python -c "from arithsweep.core.model.model import ModelConfig, count_params; \\
+        print(count_params(ModelConfig(vocab_size=10, n_ctx=34, d_model=3, d_head=4, \\
+        d_vhead=4, n_heads=1, d_ff=2)))"
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from arithsweep.core.config import ModelConfig
-from arithsweep.core.layers import _Proj, _table
+from arithsweep.core.model.layers import _Proj, _table
 
 N_DIGITS = 10  # token ids 0..9 are the digits
 

@@ -29,7 +29,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from arithsweep.core.train import _clip_and_guard
+from arithsweep.core.training.train import _clip_and_guard
 
 WARMUP = 3  # eager steps before capture: lazy state (grokfast EMA, cuBLAS handles) is made
 

@@ -6,7 +6,7 @@ the teacher-forced prefix. So exact match over a million problems is a few batch
 passes. `tests/test_evaluate.py` proves the equivalence problem by problem on trained and
 untrained models; greedy decoding stays for `arithsweep ask`, EOS formats and export.
 
-    from arithsweep.core.evaluate import exact_match
+    from arithsweep.core.evaluation.evaluate import exact_match
     ok = exact_match(model, task, *task.enumerate_all())   # (K, N) bool, one row per seed
 """
 
@@ -16,8 +16,8 @@ from collections.abc import Iterator
 
 import torch
 
-from arithsweep.core.quirke import class_names, quirke_class, supported
-from arithsweep.core.tasks import Task
+from arithsweep.core.data.quirke import class_names, quirke_class, supported
+from arithsweep.core.data.tasks import Task
 
 # tokens per forward pass per member. On a CPU small enough that a chunk's activations stay in
 # cache (add10, one thread, a busy 2-core CPU: ~2k problems a chunk, 2**16 tokens, ran ~1.3x
@@ -191,7 +191,7 @@ def breakdown(
     correct: torch.Tensor, task: Task, a: torch.Tensor, b: torch.Tensor, op: torch.Tensor
 ) -> dict[str, dict[str, tuple[int, int]]]:
     """(problems, correct) by carry class, by operand lengths, by answer length and, for add,
-    sub and mix tasks, by Quirke class (S0.., M0.., N1..; see core/quirke.py)."""
+    sub and mix tasks, by Quirke class (S0.., M0.., N1..; see core/data/quirke.py)."""
     correct = correct.cpu()
     cls = task.carry_class(a, b, op).clamp(min=0)
     n_cls = int(cls.max()) + 1 if cls.numel() else 1

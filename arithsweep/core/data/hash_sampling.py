@@ -6,8 +6,8 @@ on CPU and CUDA, whatever K, whatever the member's place in the pack and whateve
 steps the caller uses (`TrainConfig(sampler="hash")`; "stream" is the older per-seed generator).
 
 Modes are those of `Task.sample` ("uniform", "values", "carry") plus the trainer's "mixed"
-(carry share `recipe.carry_share` at each step, the rest half uniform, half values, in exact
-counts at hashed positions), under the curriculum cap of each step (`recipe.curriculum_cap`).
+(carry share `mix.carry_share` at each step, the rest half uniform, half values, in exact
+counts at hashed positions), under the curriculum cap of each step (`mix.curriculum_cap`).
 
 The train side of the split without a rejection loop (fixed shapes, no host sync): each row
 draws R candidates i.i.d. and keeps the first that `Task._held` puts on the train side. Given
@@ -18,8 +18,8 @@ AdderBoard edge cases weigh more) the row takes a problem from a fallback pool: 
 mode) and checked again with `_held` when the pool is built. Every row is therefore either a
 candidate that passed `_held` or a pool entry that passed it: none is ever on the holdout side.
 
-    python -c "from arithsweep.core.hash_sampling import HashSampler as H; \\
-        from arithsweep.core.tasks import get_task; \\
+    python -c "from arithsweep.core.data.hash_sampling import HashSampler as H; \\
+        from arithsweep.core.data.tasks import get_task; \\
         from arithsweep.core.config import TrainConfig as C; \\
         print(H(get_task('add3'), C(seeds=1)).problems([0], [0]))"
 """
@@ -32,10 +32,10 @@ import torch
 from torch import Tensor
 
 from arithsweep.core.config import TrainConfig
+from arithsweep.core.data.mix import carry_mode, carry_share, curriculum_cap
+from arithsweep.core.data.sampling import _POW10, _digits
+from arithsweep.core.data.tasks import Task
 from arithsweep.core.errors import ConfigError
-from arithsweep.core.recipe import carry_mode, carry_share, curriculum_cap
-from arithsweep.core.sampling import _POW10, _digits
-from arithsweep.core.tasks import Task
 
 HASH_MODES = ("uniform", "values", "carry", "mixed")
 CANDIDATES = 4  # R: draws per row; all R held out has probability ~(1/16)**4

@@ -12,7 +12,7 @@ Third-party checkpoints in this format load the same way (`train`, `metrics`, `m
 `weights_sha256` are optional). Loading checks the file is safetensors, the hash, and every
 tensor's name and shape against the config; it never unpickles anything.
 
-    from arithsweep.core.checkpoint import load_checkpoint
+    from arithsweep.core.model.checkpoint import load_checkpoint
     ck = load_checkpoint("runs/add3/best")   # ck.model, ck.task, ck.sha256 …
 """
 
@@ -32,9 +32,9 @@ from safetensors.torch import load_file, save_file
 
 from arithsweep import __version__
 from arithsweep.core.config import LEGACY_TRAIN_DEFAULTS, TrainConfig
+from arithsweep.core.data.tasks import Task, get_task
 from arithsweep.core.errors import ArithsweepError, CheckpointError
-from arithsweep.core.model import ArithTransformer, ModelConfig, count_params
-from arithsweep.core.tasks import Task, get_task
+from arithsweep.core.model.model import ArithTransformer, ModelConfig, count_params
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"

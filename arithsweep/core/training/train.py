@@ -7,11 +7,12 @@ Seed i of a pack is `cfg.seed + i` for both init and data, so it trains the same
 runs alone or in a pack. Loss is on answer tokens only; exact match of every seed is measured
 every `eval_every` steps on held-out problems that the training stream never draws.
 This module holds the pieces (results, schedule, data streams, loss, clipping); the loop, the
-per-member AdamW and the stopping rule live in population.py (`train_population`, many
-proposals of one shape in one pack), and `population.train` is a pack of one. Imports run one
-way: population -> step -> train.
+per-member AdamW and the stopping rule (`evaluation.confirm.reached`, on its `eval_problems`)
+live in population.py (`train_population`, many proposals of one shape in one pack), and
+`population.train` is a pack of one. Imports run one way: population -> step -> train ->
+recipe.
 
-    from arithsweep.core.population import train
+    from arithsweep.core.training.population import train
     result = train(get_task("add3"), model_cfg, TrainConfig(seeds=4))
     result.save_best("runs/add3/best")
 """
@@ -27,17 +28,16 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from arithsweep.core.checkpoint import save_checkpoint
 from arithsweep.core.config import TrainConfig
+from arithsweep.core.data.hash_sampling import HASH_MODES, HashSampler
+from arithsweep.core.data.mix import carry_mode, carry_share, curriculum_cap
+from arithsweep.core.data.tasks import Task
 from arithsweep.core.errors import ConfigError
-from arithsweep.core.hash_sampling import HASH_MODES, HashSampler
-from arithsweep.core.model import ArithTransformer, ModelConfig
-from arithsweep.core.recipe import carry_mode, carry_share, curriculum_cap, mine_errors
-from arithsweep.core.stats import wilson_lower, z_for
-from arithsweep.core.tasks import Task
+from arithsweep.core.model.checkpoint import save_checkpoint
+from arithsweep.core.model.model import ArithTransformer, ModelConfig
+from arithsweep.core.training.recipe import mine_errors
 
 DATA_CHUNK_STEPS = 32  # batches sampled per call: amortises sampling overhead over many steps
-EVAL_SEED = 0x5EED_E7A1  # the held-out evaluation set is the same for every run of a task
 
 
 def resolve_device(name: str) -> torch.device:
@@ -103,8 +103,8 @@ class TrainResult:
     examples: int = 0
     stopped_early: bool = False
     stop_reason: str = ""
-    eval_size: int = 0  # distinct held-out problems per evaluation (see eval_problems)
-    step_mode: str = ""  # "captured" (one CUDA graph per step) or "eager (<why>)": core/step.py
+    eval_size: int = 0  # distinct held-out problems per evaluation (confirm.eval_problems)
+    step_mode: str = ""  # "captured" (one CUDA graph per step) or "eager (<why>)": step.py
 
     @property
     def examples_per_s(self) -> float:
@@ -164,7 +164,7 @@ class _DataStream:
     def _sample_member(self, gen: torch.Generator, n: int, max_len: int | None, step: int):
         cfg, task = self.cfg, self.task
         if cfg.sampling == "enriched":  # Quirke's classes in equal shares
-            from arithsweep.core.quirke import enriched_sample
+            from arithsweep.core.data.quirke import enriched_sample
 
             return enriched_sample(task, n, gen, "train", max_len)
         if cfg.sampling != "mixed":
@@ -224,51 +224,12 @@ class _PolishStream:
         return tokens, mask
 
 
-def eval_problems(task: Task, n: int, max_len: int | None = None,
-                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The held-out evaluation set, the same for every run of a task: three quarters uniform
-    over the problem space (what the final check and verification mostly see, so early stopping
-    does not trust an easier mix), a quarter uniform over operand lengths (short operands).
-
-    Distinct problems, since the Wilson bound takes its size as the number of independent
-    checks: min(n, held-out problems of the task) of them (add2 has only ~650). `max_len`
-    (TrainConfig.train_digits) keeps operands as short as training's, so that choosing the
-    best seed never looks at the longer problems a length-generalisation test measures."""
-    gen = torch.Generator().manual_seed(EVAL_SEED)
-    most = (3 * n) // 4
-    first = task.sample(most, gen, "values", max_len, split="holdout")
-    # the quarter draws past the first part's problems, and tops it up when that fell short
-    rest = task.sample(n - first[0].numel(), gen, "uniform", max_len, split="holdout",
-                       exclude=first)
-    return tuple(torch.cat(p) for p in zip(first, rest, strict=True))
-
-
 def micro_batches(cfg: TrainConfig, device: torch.device) -> int:
     """How many pieces each step's batch is split into (see TrainConfig.micro_batch)."""
     per_call = cfg.micro_batch or (1024 if device.type == "cpu" else 0)
     if not per_call:
         return 1
     return max(1, min(cfg.batch_size, (cfg.seeds * cfg.batch_size) // per_call))
-
-
-def reached(em: float, n: int, target: float, seeds: int) -> bool:
-    """Early stop only when the Wilson 95% lower bound of the measured exact match clears the
-    target, so a small evaluation set cannot stop a model that is not there yet (for a target
-    of 1.0, which no finite sample can bound, every evaluation problem must be right).
-
-    `em` is the best of `seeds` (live) seeds, and the best of K noisy scores overstates its
-    seed (the winner's curse), so the bound is Bonferroni-corrected: 95% for all K at once."""
-    z = z_for(0.05 / max(1, seeds))
-    return em >= target and wilson_lower(round(em * n), n, z) >= min(target, wilson_lower(n, n, z))
-
-
-def eval_size_of(result: TrainResult) -> int:
-    """How many distinct held-out problems each evaluation of this run scored: the n that
-    `reached` needs, which can be below train_cfg.eval_size on small tasks."""
-    if not result.eval_size:  # a result that train() did not fill in
-        cfg = result.train_cfg
-        result.eval_size = eval_problems(result.task, cfg.eval_size, cfg.train_digits)[0].numel()
-    return result.eval_size
 
 
 def _loss_fn(model: ArithTransformer, tokens: torch.Tensor, mask: torch.Tensor,

@@ -5,7 +5,7 @@ A task (add10, sub6, mix6, mul3) says what is computed, a `Format` how a problem
 `get_task("add10", "pad,revans")` gives a `Task` that samples problems (uniform lengths, carry-
 enriched, curriculum cap, train/holdout split), encodes them for teacher forcing, decodes answers,
 enumerates small tasks and classifies carry cascades, all as vectorised int64 torch. Try:
-    python -c "from arithsweep.core.tasks import get_task; print(get_task('sub4').example())"
+    python -c "from arithsweep.core.data.tasks import get_task; print(get_task('sub4').example())"
 
 Vocabulary: ids 0..9 are the digits '0'..'9', then, in this order and only if the task and format
 need them: '+', '-', '*', '=', '<eos>', '<pad>'. So add3 has 12 tokens and sub3,nodelim 11.
@@ -32,8 +32,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from arithsweep.core.errors import ConfigError
-from arithsweep.core.formats import (
+from arithsweep.core.data.formats import (
     _FORMAT_HELP,
     TASK_HELP,
     Format,
@@ -41,7 +40,8 @@ from arithsweep.core.formats import (
     parse_format,
     task_name,
 )
-from arithsweep.core.sampling import _cascade, _digits, _distinct, _draw, _holdout, _num_digits
+from arithsweep.core.data.sampling import _cascade, _digits, _distinct, _draw, _holdout, _num_digits
+from arithsweep.core.errors import ConfigError
 
 OPS = ("add", "sub", "mix", "mul")
 MAX_DIGITS = {"add": 18, "sub": 18, "mix": 18, "mul": 9}  # results must fit in int64
@@ -60,9 +60,10 @@ def task_names_help() -> str:  # for CLI help
 
 def get_task(name: str, fmt: Format | str | None = None) -> Task:
     """'add10' (+ optional format) -> Task; ConfigError naming the valid forms otherwise.
-    'sort<N>' gives a SortTask (arithsweep.core.sort_task), which a Task's callers read alike."""
+    'sort<N>' gives a SortTask (arithsweep.core.data.sort_task), which a Task's callers read
+    alike."""
     if str(name).strip().lower().startswith("sort"):
-        from arithsweep.core.sort_task import sort_task  # here: sort_task imports this module
+        from arithsweep.core.data.sort_task import sort_task  # here: sort_task imports this module
 
         return sort_task(name, fmt)
     name = task_name(name)  # the one name parser, shared with the torch-free CLI paths

@@ -29,8 +29,8 @@ M0..M2, N1..N3. Multiplication has no Quirke classes: both functions raise Confi
 (the cascade forced digit by digit), classified again, and kept for the class it truly is, so
 every reachable class gets an equal share. Try:
 
-    python -c "import torch; from arithsweep.core.tasks import get_task; \\
-        from arithsweep.core.quirke import enriched_sample, quirke_class, class_names; \\
+    python -c "import torch; from arithsweep.core.data.tasks import get_task; \\
+        from arithsweep.core.data.quirke import enriched_sample, quirke_class, class_names; \\
         t = get_task('sub4'); a, b, op = enriched_sample(t, 16, torch.Generator()); \\
         print([(int(x), int(y), class_names(t)[c]) for x, y, c in \\
                zip(a, b, quirke_class(t, a, b, op))])"
@@ -41,9 +41,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from arithsweep.core.data.sampling import _POW10, _digits, _distinct, _randbelow
+from arithsweep.core.data.tasks import Task
 from arithsweep.core.errors import ConfigError
-from arithsweep.core.sampling import _POW10, _digits, _distinct, _randbelow
-from arithsweep.core.tasks import Task
 
 S_CAP, M_CAP, N_CAP = 5, 4, 4  # Quirke's top classes: S5, M4, N4 mean "that long or longer"
 _LIST_MAX = 4 * 10**6  # holdout: list the whole side of a space this small (as Task does)

@@ -11,7 +11,7 @@ Each proposal stops on its own (target reached, time budget, its `on_eval` retur
 every seed failed); its members are then frozen (zero learning rate, zero gradient) and the
 pack ends once every proposal has stopped. `train()` is this with a single proposal.
 
-    from arithsweep.core.population import pack_key, train_population
+    from arithsweep.core.training.population import pack_key, train_population
     cfgs = [TrainConfig(lr=lr, seeds=2) for lr in (3e-3, 1e-2, 3e-2)]
     results = train_population(get_task("add3"), model_cfg, cfgs)  # one TrainResult each
 """
@@ -25,14 +25,15 @@ from dataclasses import replace
 
 import torch
 
-import arithsweep.core.train as T  # looked up at call time: tests patch T._loss_fn
+import arithsweep.core.training.train as T  # looked up at call time: tests patch T._loss_fn
 from arithsweep.core.config import TrainConfig
+from arithsweep.core.data.tasks import Task
 from arithsweep.core.errors import ConfigError
-from arithsweep.core.evaluate import EvalSet, answer_start, score
-from arithsweep.core.model import ArithTransformer, ModelConfig, count_params
-from arithsweep.core.recipe import GrokfastEMA, grokfast_on, lbfgs_polish
-from arithsweep.core.step import PackStep, capture_blocker
-from arithsweep.core.tasks import Task
+from arithsweep.core.evaluation.confirm import eval_problems, reached
+from arithsweep.core.evaluation.evaluate import EvalSet, answer_start, score
+from arithsweep.core.model.model import ArithTransformer, ModelConfig, count_params
+from arithsweep.core.training.recipe import GrokfastEMA, grokfast_on, lbfgs_polish
+from arithsweep.core.training.step import PackStep, capture_blocker
 
 # Fields that may differ between the proposals of one pack: per-member optimiser settings and
 # the per-proposal stopping rule. Everything else (shape of the step, data recipe, schedule
@@ -203,7 +204,7 @@ def train_population(task: Task, model_cfg: ModelConfig, cfgs: Sequence[TrainCon
     lrs = _LrTable(cfgs, counts, device)
     loss_fn = torch.compile(T._loss_fn, dynamic=False) if c0.compile else T._loss_fn
     data = _PackStream(task, cfgs, device)
-    ea, eb, eop = T.eval_problems(task, c0.eval_size, c0.train_digits)  # (N,) each
+    ea, eb, eop = eval_problems(task, c0.eval_size, c0.train_digits)  # (N,) each
     eval_set = EvalSet(task, ea, eb, eop, device)  # encoded once, on the device
     results = [T.TrainResult(task=task, model_cfg=model_cfg, train_cfg=c,
                              model=_member_view(model, o, n), params=count_params(model),
@@ -293,7 +294,7 @@ def _evaluate(j: int, cfg: TrainConfig, result: T.TrainResult, step: int, failed
     stop = bool(on_eval(j, point, result)) if on_eval is not None else False
     if not live:
         result.stopped_early, result.stop_reason = True, "every seed failed (non-finite loss)"
-    elif cfg.early_stop and T.reached(point.best_em, n_eval, cfg.target, len(live)):
+    elif cfg.early_stop and reached(point.best_em, n_eval, cfg.target, len(live)):
         result.stopped_early, result.stop_reason = step < total, "reached target"
     elif cfg.time_budget and point.elapsed >= cfg.time_budget:
         result.stopped_early, result.stop_reason = True, "time budget"

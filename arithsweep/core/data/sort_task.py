@@ -3,7 +3,7 @@
 `get_task("sort3")` gives a `SortTask`, a drop-in for the arithmetic `Task` (the same attributes
 and methods, duck-typed), so training, fast exact match, checkpoints, `arithsweep ask`,
 verification and the search run unchanged. Try:
-    python -c "from arithsweep.core.tasks import get_task; print(get_task('sort3').example())"
+    python -c "from arithsweep.core.data.tasks import get_task; print(get_task('sort3').example())"
     arithsweep train --task sort3 --layers 2 --d-model 16 --heads 2 --d-ff 32 --lr 0.02
 
 Problem: exactly N items (N = 2..9) labelled a, b, c, ..., each with a value 0..99; the answer is
@@ -41,9 +41,9 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import Tensor
 
+from arithsweep.core.data.formats import Format, parse_format
+from arithsweep.core.data.sampling import _distinct, _holdout, _num_digits
 from arithsweep.core.errors import ConfigError
-from arithsweep.core.formats import Format, parse_format
-from arithsweep.core.sampling import _distinct, _holdout, _num_digits
 
 VALUE_DIGITS = 2  # values 0..99
 MAX_ITEMS = 9  # 100**9 = 10**18 keeps the packed values inside int64
@@ -119,7 +119,7 @@ class SortTask:
         if a.numel() and bool(((a < 0) | (a >= self.n_problems) | (b != self.n_items)
                                | (op != 0)).any()):
             raise ConfigError(f"{self.name} problems are (packed values in 0..{_B}**"
-                              f"{self.n_items}-1, {self.n_items}, 0): see core/sort_task.py")
+                              f"{self.n_items}-1, {self.n_items}, 0): see core/data/sort_task.py")
         return a, b, op
 
     def values(self, a) -> Tensor:

@@ -5,9 +5,9 @@
 so that K seeds train at the cost of about one; `count_params` counts the unique trainable
 values of one member after tying (fixed encodings count zero). The frontier options' ties
 (K, V, O from Q, an arc embedding, MLP ties, split token/position parts) are owned or derived
-weights built in `core/weights.py`; layer primitives are in `core/layers.py`.
+weights built in `core/model/weights.py`; layer primitives are in `core/model/layers.py`.
 
-    from arithsweep.core.model import ArithTransformer, ModelConfig, count_params
+    from arithsweep.core.model.model import ArithTransformer, ModelConfig, count_params
     model = ArithTransformer(ModelConfig(vocab_size=14, n_ctx=35), k=4, seeds=[0, 1, 2, 3])
     logits = model(tokens)  # (4, B, T) or (B, T) int64 -> (4, B, T, 14)
     count_params(model)     # one member's unique parameters
@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from arithsweep.core.config import ACTIVATIONS, NORMS, POSITIONS, ModelConfig
 from arithsweep.core.errors import CheckpointError
-from arithsweep.core.layers import (
+from arithsweep.core.model.layers import (
     _lookup,
     _Norm,
     _normed,
@@ -38,7 +38,7 @@ from arithsweep.core.layers import (
     qk_normed,
     rope,
 )
-from arithsweep.core.weights import (
+from arithsweep.core.model.weights import (
     attn_biases,
     attn_weights,
     init_special,

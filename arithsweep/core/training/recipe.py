@@ -1,57 +1,30 @@
-"""The training recipe for tiny models: what each step samples, how gradients are filtered,
-and the polish phase's error mining. Every knob is a `TrainConfig` field a space can search.
+"""The training recipe for tiny models: how gradients are filtered and the polish phases (on
+the model's own errors, and L-BFGS). Every knob is a `TrainConfig` field a space can search;
+what each step samples (carry share, curriculum) is `data.mix`, which both samplers read.
 
 Tiny arithmetic models are a grokking problem: whether a seed learns depends on the data mix
-over time and on long enough training. What published tiny adders needed, as fields here:
+over time and on long enough training. What published tiny adders needed, as TrainConfig fields:
 
 - a carry-heavy share of each batch that fades over training (`carry_frac`, `carry_fade_*`;
-  MicroAdder: 80% fading to 0 between 25% and 75% of the steps);
-- a digit-length curriculum, linear or in stages (`curriculum_steps`, `curriculum_stages`);
+  MicroAdder: 80% fading to 0 between 25% and 75% of the steps), in `data.mix`;
+- a digit-length curriculum, linear or in stages (`curriculum_steps`, `curriculum_stages`),
+  in `data.mix`;
 - Grokfast-EMA, which amplifies the slow gradient components (`grokfast_alpha/lambda`);
 - a polish phase on the model's own errors (`polish_*`), mined from the TRAINING split only:
   `Task.sample(split="train")` never returns a held-out problem, and every problem
   verification uses is held out (edge cases included), so polishing cannot see them.
 
-    python -c "from arithsweep.core.recipe import carry_share; from arithsweep.core.config \\
-        import TrainConfig as T; print(carry_share(T(carry_frac=.8, carry_fade_start=.25, \\
-        carry_fade_end=.75, steps=100), 50))"
+    python -c "from arithsweep.core.training.recipe import grokfast_on; \\
+        from arithsweep.core.config import TrainConfig as T; \\
+        print(grokfast_on(T(grokfast_alpha=0.98), 0), grokfast_on(T(), 0))"
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from arithsweep.core.config import TrainConfig
-from arithsweep.core.tasks import Task
-
-
-def carry_share(cfg: TrainConfig, step: int) -> float:
-    """Share of a batch drawn carry-enriched at `step` (with sampling "mixed")."""
-    start, end = cfg.carry_fade_start * cfg.steps, cfg.carry_fade_end * cfg.steps
-    if end <= start or step <= start:
-        return cfg.carry_frac
-    return cfg.carry_frac * max(0.0, 1.0 - (step - start) / (end - start))
-
-
-def carry_mode(cfg: TrainConfig) -> str:
-    """The Task.sample mode of the carry share: one chain pattern, or MicroAdder's mix."""
-    return "carry_patterns" if cfg.carry_patterns == "mixed" else "carry"
-
-
-def curriculum_cap(cfg: TrainConfig, n_digits: int, step: int) -> int | None:
-    """Longest operand length allowed at `step`; None = the task's full length."""
-    if cfg.curriculum:  # unequal stages: the first whose end lies ahead
-        return next((min(n_digits, cap) for until, cap in cfg.curriculum if step < until), None)
-    c = cfg.curriculum_steps
-    if not c or step >= c:
-        return None
-    if cfg.curriculum_stages:
-        k = cfg.curriculum_stages
-        stage = min(k, (step * (k + 1)) // c)  # 0..k over the curriculum
-        return max(1, math.ceil(n_digits * (stage + 1) / (k + 1)))
-    return max(1, min(n_digits, 1 + (n_digits * step) // c))
+from arithsweep.core.data.tasks import Task
 
 
 def grokfast_on(cfg: TrainConfig, step: int) -> bool:
@@ -95,7 +68,7 @@ def mine_errors(model: torch.nn.Module, task: Task, cfg: TrainConfig,
                 gen: torch.Generator) -> list[tuple[torch.Tensor, ...]]:
     """Per member, the training-split problems (a, b, op) it gets wrong among `polish_pool`
     drawn from the training side of the split (half uniform lengths, half carry-enriched)."""
-    from arithsweep.core.evaluate import exact_match
+    from arithsweep.core.evaluation.evaluate import exact_match
 
     half = cfg.polish_pool // 2
     cap = cfg.train_digits  # polishing must not train on longer operands than training did

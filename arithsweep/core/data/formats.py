@@ -5,9 +5,10 @@ default): pad|nopad (fixed-width zero padding), revans|fwdans (answer least-sign
 first or not), revops|fwdops (operands likewise), delim|nodelim (operator and '='),
 symbols|zeros (delimiters as their own tokens, or as the digit 0 in AdderBoard's layout
 `0 a 0 0 b 0`, a vocabulary of the ten digits only).
-`arithsweep.core.tasks` shows literal examples of each; `Task` and `SortTask` hold one.
+`arithsweep.core.data.tasks` shows literal examples of each; `Task` and `SortTask` hold one.
 
-    python -c "from arithsweep.core.formats import parse_format; print(parse_format('nopad').name)"
+    python -c "from arithsweep.core.data.formats import parse_format; \\
+        print(parse_format('nopad').name)"
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ _FORMAT_HELP = ", ".join(f"{on}|{off}" for on, off, _ in _FORMAT_WORDS)
 
 @dataclass(frozen=True)
 class Format:
-    """How a problem becomes tokens (literal examples in arithsweep.core.tasks' docstring)."""
+    """How a problem becomes tokens (literal examples in arithsweep.core.data.tasks' docstring)."""
 
     pad: bool = True  # fixed-width zero padding of operands and answer
     reverse_answer: bool = True  # answer least-significant digit first

@@ -1,0 +1,125 @@
+"""When training may say "reached the target": one rule for `arithsweep train` and the search.
+
+A best-of-K exact match on a few thousand held-out problems is optimistic (the winner's curse:
+add3 seed 0 once stopped at 0.9961 held-out and scored 0.98783 on all 10^6 problems). So a run
+stops only when (1) the best seed's held-out exact match on `eval_problems` clears the target
+by its Wilson lower bound, corrected for picking the best of K seeds (`reached`), and (2) that
+seed, at that evaluation, also passes on the whole problem set, or on 200,000 held-out problems
+for tasks too big to enumerate (`final_problems`). `FullCheck` holds those problems and caches
+one check per best step, so an evaluation that does not change the best seed costs nothing.
+The trainer (`training.population`) evaluates on `eval_problems` and stops on `reached`.
+
+    from arithsweep.core.evaluation.confirm import FullCheck
+    check = FullCheck(task, target=0.99)
+    stop = check.held_out_reached(result) and check.passes(result)   # inside on_eval
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from arithsweep.core.data.tasks import Task
+from arithsweep.core.evaluation.evaluate import exact_match
+from arithsweep.core.evaluation.stats import wilson_lower, z_for
+
+EVAL_SEED = 0x5EED_E7A1  # the held-out evaluation set is the same for every run of a task
+FULL_EVAL_MAX = 10**6  # tasks up to this size are checked on every problem
+FULL_EVAL_SAMPLE = 200_000  # otherwise on this many held-out problems
+FULL_EVAL_SEED = 0xF1A1  # that sample's seed (verification uses its own, SUITE_SEED)
+
+
+def eval_problems(task: Task, n: int, max_len: int | None = None,
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The held-out evaluation set, the same for every run of a task: three quarters uniform
+    over the problem space (what the final check and verification mostly see, so early stopping
+    does not trust an easier mix), a quarter uniform over operand lengths (short operands).
+
+    Distinct problems, since the Wilson bound takes its size as the number of independent
+    checks: min(n, held-out problems of the task) of them (add2 has only ~650). `max_len`
+    (TrainConfig.train_digits) keeps operands as short as training's, so that choosing the
+    best seed never looks at the longer problems a length-generalisation test measures."""
+    gen = torch.Generator().manual_seed(EVAL_SEED)
+    most = (3 * n) // 4
+    first = task.sample(most, gen, "values", max_len, split="holdout")
+    # the quarter draws past the first part's problems, and tops it up when that fell short
+    rest = task.sample(n - first[0].numel(), gen, "uniform", max_len, split="holdout",
+                       exclude=first)
+    return tuple(torch.cat(p) for p in zip(first, rest, strict=True))
+
+
+def reached(em: float, n: int, target: float, seeds: int) -> bool:
+    """Early stop only when the Wilson 95% lower bound of the measured exact match clears the
+    target, so a small evaluation set cannot stop a model that is not there yet (for a target
+    of 1.0, which no finite sample can bound, every evaluation problem must be right).
+
+    `em` is the best of `seeds` (live) seeds, and the best of K noisy scores overstates its
+    seed (the winner's curse), so the bound is Bonferroni-corrected: 95% for all K at once."""
+    z = z_for(0.05 / max(1, seeds))
+    return em >= target and wilson_lower(round(em * n), n, z) >= min(target, wilson_lower(n, n, z))
+
+
+def eval_size_of(result: Any) -> int:
+    """How many distinct held-out problems each evaluation of this run (a `TrainResult`)
+    scored: the n that `reached` needs, which can be below train_cfg.eval_size on small tasks."""
+    if not result.eval_size:  # a result that train() did not fill in
+        cfg = result.train_cfg
+        result.eval_size = eval_problems(result.task, cfg.eval_size, cfg.train_digits)[0].numel()
+    return result.eval_size
+
+
+def final_problems(task: Task, max_len: int | None = None,
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, str]:
+    """The problems a finished run is checked on, and a phrase saying which. `max_len`
+    (TrainConfig.train_digits): only operands that short, as the run was trained on."""
+    if max_len is not None and max_len < task.n_digits:
+        gen = torch.Generator().manual_seed(FULL_EVAL_SEED)
+        a, b, op = task.sample(FULL_EVAL_SAMPLE, gen, "uniform", max_len, split="holdout")
+        return a, b, op, f"{a.numel():,} held-out problems of <= {max_len} digits"
+    if task.n_problems <= FULL_EVAL_MAX:
+        return (*task.enumerate_all(), f"all {task.n_problems:,} problems")
+    gen = torch.Generator().manual_seed(FULL_EVAL_SEED)
+    return (*task.sample(FULL_EVAL_SAMPLE, gen, "uniform", split="holdout"),
+            f"{FULL_EVAL_SAMPLE:,} held-out problems")
+
+
+# a task with at most this many problems is confirmed on all of them at every new best that
+# clears the target raw (a fraction of a second each on a CPU)
+CHEAP_EXHAUSTIVE = 100_000
+
+
+class FullCheck:
+    """The confirmation half of the stop rule, with its problems built once."""
+
+    def __init__(self, task: Task, target: float, max_len: int | None = None) -> None:
+        self.task, self.target = task, float(target)
+        self.a, self.b, self.op, self.what = final_problems(task, max_len)
+        self.exhaustive = self.a.numel() == task.n_problems  # every problem, none sampled
+        self.checked: dict[int, float] = {}  # best_step -> exact match on these problems
+        self.seconds = 0.0  # time spent checking
+
+    def held_out_reached(self, result: Any) -> bool:
+        """Does the best seed's held-out exact match clear the target (best-of-K corrected)?
+
+        Where the confirmation is every problem of a small task, the raw estimate is enough:
+        the check is then exact and cheap, while the held-out side is too small for the bound
+        (mul2: 634 problems, so only 99.8% or more could ever count as reaching 0.99)."""
+        if self.exhaustive and self.task.n_problems <= CHEAP_EXHAUSTIVE:
+            return result.best_em >= self.target
+        live = sum(1 for f in result.failed if not f) or 1
+        return reached(result.best_em, eval_size_of(result), self.target, live)
+
+    def value(self, result: Any) -> float:
+        """Exact match of the run's best member (at its best evaluation) on these problems."""
+        if result.best_step not in self.checked:
+            t = time.perf_counter()
+            best = result.best_model().to(next(result.model.parameters()).device)
+            self.checked[result.best_step] = float(
+                exact_match(best, self.task, self.a, self.b, self.op).float().mean())
+            self.seconds += time.perf_counter() - t
+        return self.checked[result.best_step]
+
+    def passes(self, result: Any) -> bool:
+        return self.value(result) >= self.target
