@@ -92,13 +92,13 @@ def test_a_new_incumbent_makes_its_shrink_moves_the_next_proposals(tmp_path):
     state = run_settings.register("descend", run_settings.DriverState(trials=10, deadline=None))
     try:
         first = search.suggest("t1")  # the space's start point
-        assert sizer(first) == 325
-        state.verified["t1"] = {"trial_id": "t1", "qualifies": True, "params": 325}
-        state.incumbent = 325
+        assert sizer(first) == 278
+        state.verified["t1"] = {"trial_id": "t1", "qualifies": True, "params": 278}
+        state.incumbent = 278
         expected = shrink_moves(space, search._optuna_params("t1"), sizer)
         nxt = [search.suggest(f"t{i}") for i in (2, 3, 4)]
         assert [sizer(c) for c in nxt] == [sizer(_full_config(space, m)) for m in expected]
         for c in nxt:
-            assert sizer(c) < 325 and c["train.lr"] == first["train.lr"]
+            assert sizer(c) < 278 and c["train.lr"] == first["train.lr"]
     finally:
         run_settings.unregister("descend")
