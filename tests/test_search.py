@@ -122,6 +122,9 @@ def test_search_verifies_at_once_and_never_trains_what_cannot_win(ray_local, tmp
     assert all(0 <= a["seeds_reached"] <= a["seeds_trained"] for a in s.architectures)
     assert first["seeds_reached"] >= 1
     assert json.loads((Path(s.dir) / "summary.json").read_text())["n_trials"] == 3
+    # what the proposals cost: each trial's own time x its CPU, so no more than all of them
+    # back to back, and at least the one that ran longest
+    assert 0 < s.cpu_hours * 3600 <= s.wall_time * 2 + 1
     assert json.loads((Path(s.dir) / "verified.json").read_text())[first["trial_id"]][
         "qualifies"]
     assert Path(s.plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -140,6 +140,9 @@ def _print_summary(s) -> None:
               f"{s.n_errored} errored), {len(s.skipped)} proposals skipped untrained at or "
               f"above the incumbent, in {s.wall_time:.0f}s; trained at or above an existing "
               f"incumbent: {above}")
+    if s.cpu_hours:
+        out.print(f"{s.cpu_hours:.2f} CPU-hours of trials: "
+                  f"{s.n_trials / s.cpu_hours:.1f} proposals trained per CPU-hour")
     if s.best:
         out.print(f"best: [bold]{s.best.get('params')}[/] parameters, exact match "
                   f"{s.best.get('exact_match'):.4f} (trial {s.best.get('trial_id')}, "

@@ -367,6 +367,8 @@ def _finish(opts, name, sdir, task, target, results, mlflow_uri, experiment_id, 
         skipped=state.skipped, incumbent=state.incumbent,
         trained_above_incumbent=sorted(state.trained_above),
         architectures=architecture_rates(rows), trials=rows,
+        cpu_hours=round(opts.cpus_per_trial * sum(
+            float((r.metrics or {}).get("time_total_s") or 0.0) for r in results) / 3600, 4),
         n_tune_trials=len({r["tune_trial_id"] for r in rows}),
         largest_pack=max((r["pack_size"] for r in rows), default=1))
 

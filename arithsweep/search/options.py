@@ -139,6 +139,8 @@ class SearchSummary:
     study_name: str
     trials: list[dict] = field(default_factory=list)  # one row per proposal
     wall_time: float = 0.0
+    # trials' own wall time x their CPUs, summed: what the proposals cost, whatever ran at once
+    cpu_hours: float = 0.0
     n_tune_trials: int = 0  # Ray Tune trials (packs); n_trials counts proposals
     largest_pack: int = 1  # most proposals one Tune trial trained together
 
