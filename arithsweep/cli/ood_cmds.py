@@ -80,6 +80,15 @@ def _table(g: Any) -> Table:
     return tab
 
 
+def _closing(g: Any, what: str, png: Path | None, run_id: str | None, logged: Any) -> None:
+    """The lines every ood output ends with: the abacus clamp note, where the PNG went."""
+    if g.clamped_from is not None:
+        err.print(f"note: abacus indices above {g.clamped_from} share the table's last row "
+                  f"(abacus_max={g.clamped_from + 1})")
+    if png is not None:
+        out.print(f"{what} {png}" + (f" (logged to MLflow run {run_id})" if logged else ""))
+
+
 def _loop_counts(text: str | None) -> list[int] | None:
     """--loops "4" -> [4], "1,2,4,8" -> [1, 2, 4, 8], None -> None (as trained)."""
     if text is None:
@@ -140,11 +149,7 @@ def _sweep(ck: Any, counts: list[int], max_digits: int, per_cell: int, seed: int
     out.print(f"{g0.params} parameters · trained on <= {g0.train_digits} digits with "
               f"{g0.trained_loops} loops · ratio (exact match >= 90% at every length up to it, "
               f"over the trained length) by loops: [bold]{ratios}[/]")
-    if g0.clamped_from is not None:
-        err.print(f"note: abacus indices above {g0.clamped_from} share the table's last row "
-                  f"(abacus_max={g0.clamped_from + 1})")
-    if png is not None:
-        out.print(f"loop curve {png}" + (f" (logged to MLflow run {run_id})" if logged else ""))
+    _closing(g0, "loop curve", png, run_id, logged)
 
 
 def ood(
@@ -202,8 +207,4 @@ def ood(
     out.print(f"{g.params} parameters · trained on <= {g.train_digits} digits · exact match "
               f">= 90% at every length up to [bold]{g.generalises_to}[/] digits: ratio "
               f"[bold]{g.ratio:.2f}[/]{loops_note}")
-    if g.clamped_from is not None:
-        err.print(f"note: abacus indices above {g.clamped_from} share the table's last row "
-                  f"(abacus_max={g.clamped_from + 1})")
-    if png is not None:
-        out.print(f"heatmap {png}" + (f" (logged to MLflow run {run_id})" if logged else ""))
+    _closing(g, "heatmap", png, run_id, logged)
