@@ -100,9 +100,13 @@ def test_search_verifies_at_once_and_never_trains_what_cannot_win(ray_local, tmp
 
     events: list[dict] = []
     s = _run(_opts(tmp_path, space=_space(tmp_path, SPACE_OK), trials=3, name="a",
-                   concurrency=1, train_target=0.97, patience=4), on_update=events.append)
+                   concurrency=1, train_target=0.97, patience=4,
+                   command="arithsweep search --task add2 -j 1"), on_update=events.append)
 
     assert s.n_trials == 3 and s.n_errored == 0
+    # the command is kept for `publish`, which prints it under the entry the search found
+    assert json.loads((Path(s.dir) / "search.json").read_text())["command"] == (
+        "arithsweep search --task add2 -j 1")
     first = min(s.trials, key=lambda t: t["config"]["trial_number"])
     assert first["config"]["model.d_ff"] == 32 and first["feasible"]
     # verified on the driver as soon as it finished: the incumbent, and an entry

@@ -172,6 +172,7 @@ def publish(
     dest: Path = typer.Option(Path("leaderboard"), "--dir", help="folder to write LEADERBOARD.md and checkpoints/ into"),
     all_rows: bool = typer.Option(False, "--all", help="every entry, not the best per task and the smallest per (task, target)"),
     db: str = typer.Option(None, "--db", help=DB_HELP),
+    root: Path = typer.Option(Path("searches"), "--root", help="where searches live: an entry a search found gets its command and cost from there"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Write LEADERBOARD.md and a checked copy of every listed checkpoint, ready to commit."""
@@ -182,7 +183,7 @@ def publish(
     if not rows:
         raise ArithsweepError(f"no entries in {board.where} to publish "
                               "(add one: arithsweep verify CHECKPOINT --record)")
-    res = pub.publish(rows if all_rows else pub.select_rows(rows), dest)
+    res = pub.publish(rows if all_rows else pub.select_rows(rows), dest, searches_root=root)
     if as_json:
         print_json(res)
     else:

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -101,6 +102,7 @@ def search(
         root=str(root.absolute()) if root else None, mlflow_uri=mlflow_uri,
         n_verify=n_verify, seed=seed, max_params=max_params, frontier=frontier,
         patience=patience, extra_rounds=max(0, rounds - 1),
+        command=shlex.join(["arithsweep", *sys.argv[1:]]),
     )
     from arithsweep.leaderboard.verify import make_verifier
     from arithsweep.search.driver import run_search

@@ -41,6 +41,7 @@ from arithsweep import __version__
 from arithsweep.core.errors import ArithsweepError
 from arithsweep.core.evaluation.stats import class_health, percent
 from arithsweep.leaderboard.projects import project_sections
+from arithsweep.leaderboard.provenance import search_lines
 
 # Columns of every human-facing table (markdown, Rich); `cells` renders one row.
 COLUMNS = ("rank", "task", "params", "exact match", "nines", "problems checked",
@@ -256,6 +257,7 @@ def leaderboard_markdown(
     configs: list[dict[str, Any]],
     dest_label: str,
     extra_sections: list[str] | None = None,
+    searches_root: str | Path | None = None,
 ) -> str:
     """LEADERBOARD.md for `rows` published under `dest_label` (the --dir as given, which is
     where the commands expect the checkpoints); `configs` are their config.json contents."""
@@ -295,6 +297,7 @@ def leaderboard_markdown(
             f"suite {row.get('suite')}, target {row.get('target')}), verified "
             f"{str(row.get('verified_at') or row.get('created_at') or '')[:10]}; weights "
             f"sha256 `{row.get('sha256')}`.", *_worst_line(row),
+            *search_lines(row, searches_root),
             "", "Retrain it:", "", "```sh",
             published_reproduce(row, f"{folder}/config.json"), "```",
             "", "Re-verify the published weights:", "", "```sh",
@@ -339,10 +342,13 @@ def publish(
     board_rows: list[dict[str, Any]],
     dest_dir: str | Path,
     extra_sections: list[str] | None = None,
+    searches_root: str | Path | None = "searches",
 ) -> dict[str, Any]:
     """Write `dest_dir`/LEADERBOARD.md and `dest_dir`/checkpoints/ for `board_rows`, replacing a
     previous publication there (and only that: the database may live in the same folder).
-    `extra_sections` (markdown strings) are appended to LEADERBOARD.md. Returns a summary."""
+    `extra_sections` (markdown strings) are appended to LEADERBOARD.md; an entry a search
+    found names it, with its command and cost when `searches_root`/<name> is there (see
+    `provenance`). Returns a summary."""
     rows, seen = [], set()
     for row in board_rows:  # one folder per checkpoint, even if a caller lists one twice
         if row.get("sha256") not in seen:
@@ -365,7 +371,7 @@ def publish(
         by_sha = {r.get("sha256"): c for r, c in zip(rows, configs)}
         sections = project_sections(rows, dest, lambda r: seeds_reached(r, by_sha[r["sha256"]]))
         text = leaderboard_markdown(rows, configs, _label(dest),
-                                    sections + list(extra_sections or []))
+                                    sections + list(extra_sections or []), searches_root)
         (stage / MARKDOWN).write_text(text, encoding="utf-8")
         dest.mkdir(exist_ok=True)
         _swap_in(stage, dest)

@@ -102,6 +102,7 @@ def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = N
             "name": name, "task": task, "target": target, "space": space.name, "seed": opts.seed,
             "space_path": str((sdir / "space.yaml") if space.path.is_file() else space.path),
             "mlflow_uri": mlflow_uri, "optuna_storage": optuna_url, "options": asdict(opts),
+            "command": opts.command,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "arithsweep_version": __version__,
             "search_format": SEARCH_FORMAT})
 

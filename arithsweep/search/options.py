@@ -54,6 +54,7 @@ class SearchOptions:
     # per GPU holding GPU_PROPOSALS proposals, so that a tiny model fills the GPU.
     proposals_per_trial: int | None = None
     fail_when: dict | None = None  # testing only: raise in trials whose config matches
+    command: str | None = None  # the command line that started it, kept in search.json
 
     def __post_init__(self) -> None:
         def need(ok: bool, what: str) -> None:

@@ -1,0 +1,79 @@
+"""Where a published entry came from when `arithsweep search` found it, for LEADERBOARD.md.
+
+An entry recorded by a search names the search and the trial (`search_name`, `trial_id`); the
+search's own folder (`searches/<name>/search.json` and `summary.json`, written by the search
+driver) holds the command that started it, its wall time and how much it tried. `publish`
+reads that folder when it is there (the searches root is a `publish` option), so a row says
+"found by this command, in this long, after this many architectures and seeds" instead of
+leaving a reader to take the size on trust; without the folder the row still names the search.
+
+    from arithsweep.leaderboard.provenance import search_lines
+    print("\n".join(search_lines({"search_name": "add10-cpu", "trial_id": "1449389c"},
+                                 "searches")))
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+
+def search_command(meta: dict[str, Any]) -> tuple[str, bool]:
+    """(command, recorded): the command line search.json recorded, else one rebuilt from its
+    options (searches made before the command was recorded), which `recorded` False marks."""
+    if isinstance(meta.get("command"), str) and meta["command"].strip():
+        return meta["command"], True
+    o = meta.get("options") or {}
+    parts = ["arithsweep", "search", "--task", str(meta.get("task") or o.get("task")),
+             "--target", f"{meta.get('target') or o.get('target')}"]
+    if o.get("space"):
+        parts += ["--space", str(o["space"])]
+    if o.get("trials") is not None:
+        parts += ["--trials", str(o["trials"])]
+    if o.get("concurrency"):
+        parts += ["-j", str(o["concurrency"])]
+    if o.get("address"):
+        parts += ["--address", str(o["address"])]
+    budget = float(o.get("time_budget") or 0)
+    if budget:
+        parts += ["--time-budget", f"{budget / 60:g}m" if budget % 60 == 0 else f"{budget:g}s"]
+    parts += ["--seed", str(o.get("seed", 0)), "--name", str(meta.get("name"))]
+    return shlex.join(parts), False
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def search_lines(row: dict[str, Any], searches_root: str | Path | None) -> list[str]:
+    """Markdown lines for one entry's section: empty unless a search recorded it."""
+    name = row.get("search_name")
+    if not name:
+        return []
+    lines = ["", f"Found by `arithsweep search`, not by hand: search `{name}`, trial "
+                 f"`{row.get('trial_id') or '?'}`."]
+    sdir = Path(searches_root) / str(name) if searches_root else None
+    meta = _read(sdir / "search.json") if sdir else None
+    if meta is None:
+        return lines
+    cmd, recorded = search_command(meta)
+    lines += ["", "The search" + ("" if recorded else " (its command rebuilt from the options "
+                                  "it recorded)") + ":", "", "```sh", cmd, "```"]
+    summary = _read(sdir / "summary.json")
+    if summary is None:  # still running, or killed before it summed up
+        return lines
+    archs = summary.get("architectures") or []
+    seeds = sum(int(a.get("seeds_trained") or 0) for a in archs)
+    cpu = summary.get("cpu_hours")
+    lines += ["", f"It trained {summary.get('n_trials', '?')} proposals of {len(archs)} "
+                  f"architectures ({seeds} seeds in all) and skipped "
+                  f"{len(summary.get('skipped') or [])} untrained at or above its incumbent, in "
+                  f"{float(summary.get('wall_time') or 0) / 60:.0f} minutes"
+                  + (f" ({cpu:.2f} CPU-hours of trials)" if cpu else "") + "."]
+    return lines

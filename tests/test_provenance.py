@@ -1,0 +1,56 @@
+"""A published entry that a search found names the search, its command and what it tried."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+from arithsweep.leaderboard.provenance import search_command, search_lines
+
+ROW = {"search_name": "add10-x", "trial_id": "abc123", "task": "add10"}
+
+
+def _search(root: Path, command: str | None, summary: bool = True) -> Path:
+    sdir = root / "add10-x"
+    sdir.mkdir(parents=True)
+    meta = {"name": "add10-x", "task": "add10", "target": 0.99,
+            "options": {"task": "add10", "target": 0.99, "trials": 20, "concurrency": 1,
+                        "time_budget": 8400.0, "seed": 3, "address": None, "space": ""}}
+    if command:
+        meta["command"] = command
+    (sdir / "search.json").write_text(json.dumps(meta))
+    if summary:
+        (sdir / "summary.json").write_text(json.dumps({
+            "n_trials": 15, "wall_time": 8460.0, "cpu_hours": 2.1,
+            "skipped": [{}, {}, {}],
+            "architectures": [{"seeds_trained": 8}, {"seeds_trained": 24}]}))
+    return sdir
+
+
+def test_a_recorded_command_is_published_as_it_was_typed(tmp_path):
+    cmd = "arithsweep search --task add10 --target 0.99 --time-budget 140m -j 1"
+    _search(tmp_path, cmd)
+    text = "\n".join(search_lines(ROW, tmp_path))
+    assert "search `add10-x`, trial `abc123`" in text
+    assert cmd in text and "rebuilt" not in text
+    assert "15 proposals of 2 architectures (32 seeds in all)" in text
+    assert "skipped 3" in text and "141 minutes" in text and "2.10 CPU-hours" in text
+
+
+def test_an_older_search_gets_its_command_rebuilt_and_says_so(tmp_path):
+    sdir = _search(tmp_path, None, summary=False)
+    cmd, recorded = search_command(json.loads((sdir / "search.json").read_text()))
+    assert not recorded
+    args = shlex.split(cmd)
+    assert args[:2] == ["arithsweep", "search"]
+    assert args[args.index("--time-budget") + 1] == "140m"
+    assert args[args.index("--seed") + 1] == "3" and args[args.index("-j") + 1] == "1"
+    text = "\n".join(search_lines(ROW, tmp_path))
+    assert "rebuilt" in text and "proposals" not in text  # no summary: nothing invented
+
+
+def test_no_search_no_lines_and_a_missing_folder_still_names_it(tmp_path):
+    assert search_lines({"search_name": None}, tmp_path) == []
+    lines = search_lines(ROW, tmp_path / "elsewhere")
+    assert len([ln for ln in lines if ln]) == 1 and "add10-x" in lines[-1]
