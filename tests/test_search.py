@@ -163,6 +163,10 @@ def test_search_verifies_at_once_and_never_trains_what_cannot_win(ray_local, tmp
     rows = open_db(f"sqlite:///{tmp_path / 'lb.db'}").query(task="add2", all=True)
     mine = [r for r in rows if r["search_name"] == "a"]
     assert mine and mine[0]["trial_id"] == first["trial_id"]
+    # ...and the MLflow run it came from (verified while the search ran, so from the driver's
+    # record of each proposal's run, not the end-of-search mapping)
+    assert mine[0]["mlflow_run_id"] == next(
+        r.info.run_id for r in runs if r.data.tags["arithsweep.trial_id"] == first["trial_id"])
     # ...and its checkpoint the trial's success rate, for LEADERBOARD.md's "seeds reached"
     meta = json.loads((Path(mine[0]["checkpoint_path"]) / "config.json").read_text())["meta"]
     assert meta["seeds_reached"] == first["seeds_reached"] >= 1

@@ -53,6 +53,8 @@ def verify_candidate(name: str, sdir: Path, target: float, candidate: dict) -> d
         return None
     seeds = {k: int(candidate[k]) for k in ("seeds_reached", "seeds_trained")
              if candidate.get(k) is not None}
+    if not candidate.get("mlflow_run_id") and s.mlflow_runs.get(candidate["trial_id"]):
+        candidate = {**candidate, "mlflow_run_id": s.mlflow_runs[candidate["trial_id"]]}
     try:
         if seeds:  # the trial's success rate, for the published "seeds reached" column
             add_meta(candidate["checkpoint"], **seeds)

@@ -48,6 +48,8 @@ class DriverState:
     # trials that started although a verified model no larger existed (should stay empty:
     # the summary shows it so that a user can check the bound held)
     trained_above: set[str] = field(default_factory=set)
+    # proposal id -> its MLflow run, so a verified entry is recorded with the run it came from
+    mlflow_runs: dict[str, str] = field(default_factory=dict)
 
     def note_start(self, trial_id: str, params: int) -> None:
         if self.incumbent is not None and not self.frontier and params >= self.incumbent:

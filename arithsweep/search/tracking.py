@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ray import tune
 
-from arithsweep.search import packs
+from arithsweep.search import packs, run_settings
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +86,8 @@ class MlflowTrialCallback(tune.Callback):
             f"tags.`{TAG_SEARCH}` = '{self._name}' and tags.`{TAG_TRIAL}` = '{pid}'"))
         if found:
             self._runs[pid] = found[0].info.run_id
+            if (state := run_settings.state_of(self._name)) is not None:
+                state.mlflow_runs[pid] = found[0].info.run_id
             return found[0].info.run_id
         item = packs.proposals_of(config)[j]
         n = len(packs.proposals_of(config))
@@ -97,6 +99,8 @@ class MlflowTrialCallback(tune.Callback):
                   "mlflow.parentRunId": self._parent})
         run_id = run.info.run_id
         self._runs[pid] = run_id
+        if (state := run_settings.state_of(self._name)) is not None:
+            state.mlflow_runs[pid] = run_id
         from mlflow.entities import Param
         params = self._describe(item)
         self.client.log_batch(run_id, params=[Param(k, v) for k, v in params.items()])
@@ -141,8 +145,6 @@ class MlflowTrialCallback(tune.Callback):
 
     def _finish(self, trial, status: str) -> None:
         import os
-
-        from arithsweep.search import run_settings
 
         pack = packs.is_pack(trial.config)
         state = run_settings.state_of(self._name)
