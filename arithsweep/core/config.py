@@ -27,6 +27,7 @@ from arithsweep.core.config_checks import (
     frontier_labels,
 )
 from arithsweep.core.errors import ConfigError
+from arithsweep.core.numbers import coerce_field
 
 C = TypeVar("C", bound="DictConfig")
 
@@ -45,27 +46,8 @@ class DictConfig:
         unknown = sorted(set(d) - set(types))
         if unknown:
             raise ConfigError(f"{cls._label}: unknown field(s) {', '.join(unknown)}")
-        return cls(**{k: _number(cls._label, k, v, types[k]) for k, v in d.items()})
-
-def _number(label: str, field: str, value: Any, annotation: str) -> Any:
-    """The one reading of a number from text, wherever a config comes from (--set, a YAML or
-    JSON file, a checkpoint): YAML reads `1e-3` as a string, so a numeric field's string is
-    parsed here; words, nan and inf are refused naming the field."""
-    kinds = {t.strip() for t in annotation.split("|")}
-    if not kinds & {"int", "float"} or isinstance(value, bool):
-        return value
-    if isinstance(value, str) and "str" not in kinds:
-        try:
-            value = float(value.strip().replace("_", ""))
-        except ValueError:
-            raise ConfigError(f"{label}: {field}={value!r}: not a number") from None
-        if "float" not in kinds and value.is_integer():
-            value = int(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{label}: {field}={value!r}: must be a finite number")
-    if isinstance(value, float) and "float" not in kinds:
-        raise ConfigError(f"{label}: {field}={value!r}: must be a whole number")
-    return value
+        # YAML's `1e-3` is a string, JSON's `2e3` a float: one reading of numbers for every source
+        return cls(**{k: coerce_field(cls._label, k, v, types[k]) for k, v in d.items()})
 
 
 ACTIVATIONS = ("relu", "gelu", "swiglu")

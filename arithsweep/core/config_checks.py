@@ -9,10 +9,10 @@ Kept beside `arithsweep.core.config` (which calls them from its `__post_init__`s
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from arithsweep.core.errors import ConfigError
+from arithsweep.core.numbers import read_number
 
 
 def check_frontier(cfg, need) -> None:
@@ -118,11 +118,15 @@ def check_stages(value: Any) -> list[list[int]]:
         raise bad
     out: list[list[int]] = []
     for pair in value:
-        if (not isinstance(pair, (list, tuple)) or len(pair) != 2
-                or any(not isinstance(x, int) or isinstance(x, bool) or x < 1 for x in pair)
-                or (out and pair[0] <= out[-1][0])):
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
             raise bad
-        out.append([int(pair[0]), int(pair[1])])
+        try:  # the one reading of numbers: YAML's `2e3` is text, JSON's a float
+            pair = [read_number(x, int, "curriculum") for x in pair]
+        except ConfigError:
+            raise bad from None
+        if min(pair) < 1 or (out and pair[0] <= out[-1][0]):
+            raise bad
+        out.append(pair)
     return out
 
 
@@ -144,14 +148,25 @@ def check_phases(value: Any) -> list[dict[str, Any]]:
             raise bad(f"each phase is a mapping of steps, lr and optionally schedule, "
                       f"min_lr_ratio, grokfast (got {ph!r})")
         p = {"schedule": "constant", "min_lr_ratio": 0.1, "grokfast": False, **ph}
-        steps, lr, ratio = p["steps"], p["lr"], p["min_lr_ratio"]
-        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        steps = _phase_number(p, "steps", int, bad("a phase's steps must be a whole number >= 1"))
+        lr = _phase_number(p, "lr", float, bad("a phase's lr must be a number > 0"))
+        ratio = _phase_number(p, "min_lr_ratio", float,
+                              bad("a phase's min_lr_ratio must be in [0, 1]"))
+        if steps < 1:
             raise bad("a phase's steps must be a whole number >= 1")
-        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < math.inf:
+        if not lr > 0:
             raise bad("a phase's lr must be a number > 0")
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio <= 1:
+        if not 0 <= ratio <= 1:
             raise bad("a phase's min_lr_ratio must be in [0, 1]")
         if p["schedule"] not in ("constant", "cosine") or not isinstance(p["grokfast"], bool):
             raise bad("schedule is constant or cosine, grokfast true or false")
-        out.append({**p, "lr": float(lr), "min_lr_ratio": float(ratio)})
+        out.append({**p, "steps": steps, "lr": float(lr), "min_lr_ratio": float(ratio)})
     return out
+
+
+def _phase_number(phase: dict[str, Any], key: str, kind: type, bad: ConfigError) -> Any:
+    """A phase's number read as every config number is (`read_number`); `bad` if it is none."""
+    try:
+        return read_number(phase[key], kind, f"phases: {key}")
+    except ConfigError:
+        raise bad from None
