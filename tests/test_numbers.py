@@ -94,8 +94,8 @@ def test_numbers_inside_phases_and_curriculum_are_read_the_same(tmp_path):
 def test_a_checkpoint_config_reads_numbers_the_same_way(tmp_path):
     """A hand-edited config.json (`"lr": "1e-3"`, `"d_model": 4.0`) loads; a word is one
     CheckpointError line naming the field."""
-    from arithsweep.core.checkpoint import load_checkpoint
     from arithsweep.core.errors import CheckpointError
+    from arithsweep.core.model.checkpoint import load_checkpoint
 
     ck = tmp_path / "ck"
     shutil.copytree(ENTRY, ck)

@@ -85,7 +85,7 @@ def _module_source(mod: Any) -> str:
 
 def submission_source(row: dict[str, Any], weights_dir: str, author: str = "arithsweep") -> str:
     """The text of the submission file for a leaderboard row (an addition task)."""
-    from arithsweep.core import config, config_checks, errors
+    from arithsweep.core import config, config_checks, errors, numbers
     from arithsweep.core.data import formats, sampling, tasks
     from arithsweep.core.model import layers, model, weights
 
@@ -117,6 +117,7 @@ def submission_source(row: dict[str, Any], weights_dir: str, author: str = "arit
     parts = [header, "# ---------------------------------------------------------------- errors",
              _module_source(errors),
              "# ---------------------------------------------------------------- configs",
+             _module_source(numbers),
              _module_source(config_checks),
              _module_source(config),
              "# ---------------------------------------------------------------- sampling",
