@@ -114,7 +114,9 @@ def test_bench_on_an_unknown_device_is_one_line():
 def test_search_at_an_address_where_no_ray_listens_is_one_line(tmp_path, address, words):
     """Ray alone retries a refused local port for minutes and logs a line a second."""
     one_error_line(run("search", "--task", "add2", "--address", address, "--trials", "1",
-                       "--root", str(tmp_path)), *words)
+                       "--root", str(tmp_path), "--name", "s"), *words)
+    # nothing ran, so the name is still free for the corrected command
+    assert not (tmp_path / "s").exists()
 
 
 def test_ood_png_without_the_png_suffix_is_refused(tmp_path):

@@ -94,6 +94,7 @@ def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = N
     get_task(task)  # unknown task: one clear error before anything starts
     space = load_space(stored.get("space_path") or opts.space or default_space(task))
     optuna_url = _abs_sqlite(sdir / "optuna.db")
+    fresh = not opts.resume and not sdir.exists()
     sdir.mkdir(parents=True, exist_ok=True)
     if not opts.resume:
         if space.path.is_file():
@@ -112,11 +113,16 @@ def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = N
         from arithsweep.search import incumbent, run_settings, tracking
 
         try:
-            experiment_id, parent_run = tracking.mlflow_setup(
-                mlflow_uri, root, task, name, space.name, target, bool(opts.resume))
-        except Exception as exc:  # unreachable server, bad URI, locked file
-            raise ArithsweepError(f"MLflow at {mlflow_uri}: {_first_line(exc)}") from None
-        started = _ray_up(opts)
+            try:
+                experiment_id, parent_run = tracking.mlflow_setup(
+                    mlflow_uri, root, task, name, space.name, target, bool(opts.resume))
+            except Exception as exc:  # unreachable server, bad URI, locked file
+                raise ArithsweepError(f"MLflow at {mlflow_uri}: {_first_line(exc)}") from None
+            started = _ray_up(opts)
+        except BaseException:
+            if fresh:  # nothing ran: the name stays free for the corrected command
+                shutil.rmtree(sdir, ignore_errors=True)
+            raise
         deadline = t0 + opts.time_budget if opts.time_budget else None  # startup counts
         verified = incumbent.load_verified(sdir)  # a resumed search keeps its incumbent
         state = run_settings.register(name, run_settings.DriverState(
