@@ -145,7 +145,8 @@ def bench(
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Packed vs sequential training throughput, and exact-match throughput, as ratios."""
+    """Packed vs sequential training throughput, tiny-model layouts against a plain PyTorch
+    loop, and exact-match throughput, as ratios measured in one run."""
     if device not in ("auto", "cpu", "cuda"):
         raise ArithsweepError(f"--device {device!r}: expected auto, cpu or cuda")
     from arithsweep.core.bench import run_bench
@@ -173,3 +174,11 @@ def bench(
             tab.add_row(str(r["k"]), r["step"], r["attention"], f"{r['examples_per_s']:,.0f}",
                         util, f"{r['vs_default_k1024']:.2f}x")
         out.print(tab)
+    tab = table("tiny models (add10, batch 256 a seed): training layouts side by side",
+                ("model", "layout", "examples/s", "vs 1 seed", "vs plain loop"), right=True)
+    for r in res.get("tiny", []):
+        vs1 = f"{r['vs_1_seed']:.2f}x" if "vs_1_seed" in r else "-"
+        vsp = f"{r['vs_plain']:.2f}x" if r.get("vs_plain") else "-"
+        tab.add_row(f"{r['model']} ({r['params']} p)", r["layout"],
+                    f"{r['examples_per_s']:,.0f}", vs1, vsp)
+    out.print(tab)

@@ -14,9 +14,13 @@
    utilisation sampled while it runs, and at K = 1024 the same pack eager and with the manual
    attention kernel, as ratios.
 
+5. Tiny models (`bench_tiny`): the 87- and 60-parameter add10 adders, examples/s of each
+   training layout (1 seed, packs of 4/8/64, batch 1024, torch.compile) and of a plain PyTorch
+   loop of the same model.
+
 Absolute numbers depend on the machine; the ratios are the point.
 
-    arithsweep bench            # ~1-2 minutes on a 2-core CPU
+    arithsweep bench            # ~2-3 minutes on a 2-core CPU
     arithsweep bench --quick    # a smoke run
     arithsweep bench --device cuda
 """
@@ -30,6 +34,7 @@ from typing import Any
 
 import torch
 
+from arithsweep.core.bench_tiny import tiny_rows
 from arithsweep.core.config import TrainConfig
 from arithsweep.core.data.tasks import get_task
 from arithsweep.core.evaluation.evaluate import exact_match, greedy_decode
@@ -245,4 +250,5 @@ def run_bench(quick: bool = False, device: str = "auto",
             "device": dev, "threads": torch.get_num_threads(), "steps": steps,
             "batch_per_seed": 128, "packing": rows, "exact_match": em,
             "population": population_rows(quick, dev, log),
-            "sampler": sampler_throughput(task, 8, 2 if quick else 8, dev, log)}
+            "sampler": sampler_throughput(task, 8, 2 if quick else 8, dev, log),
+            "tiny": tiny_rows(quick, dev, log)}

@@ -1,0 +1,28 @@
+"""The tiny-model bench compares like with like: the plain loop's model has the parameters of
+the arithsweep model it stands beside, and every row is a measured, positive figure."""
+
+from __future__ import annotations
+
+from arithsweep.core.bench_tiny import PlainAdder, tiny_models, tiny_rows
+from arithsweep.core.model.model import count_params
+
+
+def test_the_plain_model_is_the_87_parameter_model():
+    (label, task, cfg), (label60, _, cfg60) = tiny_models()
+    assert (label, label60) == ("87p", "60p")
+    plain = PlainAdder(task.vocab_size)
+    assert sum(p.numel() for p in plain.parameters()) == count_params(cfg) == 87
+    assert count_params(cfg60) == 60
+    tokens, _ = task.encode(*task.sample(4, __import__("torch").Generator(), "uniform"))
+    assert plain(tokens[:, :-1]).shape == (4, task.seq_len - 1, task.vocab_size)
+
+
+def test_quick_tiny_rows_measure_every_layout_against_one_seed_and_the_plain_loop():
+    lines: list[str] = []
+    rows = tiny_rows(quick=True, device="cpu", log=lines.append)
+    assert [r["layout"] for r in rows if r["model"] == "87p"] == [
+        "plain PyTorch loop", "1 seed", "4 seeds packed"]
+    assert all(r["examples_per_s"] > 0 for r in rows)
+    one = next(r for r in rows if r["model"] == "87p" and r["layout"] == "1 seed")
+    assert one["vs_1_seed"] == 1.0 and one["vs_plain"] > 0
+    assert len(lines) == len(rows)
