@@ -131,3 +131,10 @@ def test_a_warning_is_one_line(tmp_path):
     warned = [ln for ln in out.stderr.splitlines() if "falls back" in ln]
     assert warned and all(ln.startswith("warning: ") for ln in warned), out.stderr
     assert "UserWarning" not in out.stderr and "self.streams" not in out.stderr
+
+
+def test_train_config_that_is_a_folder_says_so(tmp_path):
+    """A checkpoint folder handed to --config: 'no such file' would send the user looking for a
+    typo; the line says it is a folder and where the config inside is."""
+    one_error_line(run("train", "--config", ENTRY), "a folder", "config.json")
+    one_error_line(run("train", "--config", str(tmp_path)), "a folder")

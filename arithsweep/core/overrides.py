@@ -51,6 +51,10 @@ def parse_sets(items: list[str] | None) -> dict[str, Any]:
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
     p = Path(path).expanduser()
+    if p.is_dir():
+        ck = (p / "config.json").is_file()
+        what = " (a checkpoint: its config.json is the file)" if ck else ""
+        raise ConfigError(f"config {p}: a folder, not a YAML or JSON file{what}")
     if not p.is_file():
         raise ConfigError(f"config {p}: no such file")
     try:
