@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -276,3 +277,15 @@ def test_bad_loops_are_one_error_line(tmp_path, looped):
     task = get_task("add2", FMT)
     save_checkpoint(tmp_path / "flat", _model(task), task)  # n_loops=1
     one_error_line(run_cli("ood", str(tmp_path / "flat"), "--loops", "1,2"), "does not loop")
+
+
+def test_a_padded_rope_model_is_scored_as_trained_inside_its_lengths():
+    """The published add10 rope adder writes operands at width 10 and reaches them at a fixed
+    distance; widened to 11 digits every position moves. Its trained lengths must still read
+    as the ~100% they are (they read 0 when every cell was encoded at the wider width)."""
+    ck = Path(__file__).parent.parent / "leaderboard" / "checkpoints" / "add10-85-4d1d7453"
+    g = ood_grid(str(ck), 11, per_cell=20)
+    assert g.task == "add11" and g.trained_task == "add10"
+    assert all(e is not None and e >= 0.9 for e in g.by_length[:10]), g.by_length
+    assert g.generalises_to == 10 and g.ratio == 1.0
+    assert g.by_length[10] is not None and g.by_length[10] < 0.9  # past it: the new layout

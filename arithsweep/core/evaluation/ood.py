@@ -11,7 +11,8 @@ extra test-time loops carrying a looped model further past its training length.
 
 Problems are drawn uniformly within each cell, distinct, and only from the holdout side of the
 split (of both the wide task and the trained one), so nothing the model trained on, or was
-selected on beyond train_digits, is scored; small cells are listed exhaustively instead.
+selected on beyond train_digits, is scored; small cells are listed exhaustively instead. Cells
+whose operands fit the trained task are scored in its layout, the others in the widened one.
 
     from arithsweep.core.evaluation.ood import ood_grid, save_heatmap
     g = ood_grid("runs/add8/best", max_digits=16, loops=None, per_cell=200, seed=0)
@@ -190,6 +191,14 @@ def cell_problems(task: Task, da: int, db: int, n: int, gen: torch.Generator,
     return got[0], got[1], got[2]
 
 
+def _scored(model: ArithTransformer, task: Task, parts: list) -> torch.Tensor:
+    """Exact match (N,) bool of the cells' problems, concatenated in order, under `task`."""
+    if not parts:
+        return torch.zeros(0, dtype=torch.bool)
+    a, b, op = (torch.cat([p[i] for p in parts]) for i in range(3))
+    return exact_match(model, task, a, b, op)[0]
+
+
 def generalises_to(by_length: list[float | None]) -> int:
     """Largest d such that exact match is >= GOOD at every length 1..d (a length without
     problems neither passes nor breaks the run): [1, .95, None, .97, .5, .99] -> 4."""
@@ -213,21 +222,28 @@ def ood_grid(model_or_checkpoint: Any, max_digits: int, loops: int | None = None
         raise ConfigError(f"per_cell={per_cell!r}: must be a whole number >= 1")
     model, trained, train_digits = _load(model_or_checkpoint, task)
     trained_loops = model.cfg.n_loops
+    as_trained = with_loops(model, loops)
     model, wide = widen(model, trained, max_digits)
     model = with_loops(model, loops)
     M, gen = max_digits, torch.Generator().manual_seed(int(seed))
     cells = [(da, db) for da in range(1, M + 1) for db in range(1, M + 1)]
     parts = [cell_problems(wide, da, db, per_cell, gen, trained) for da, db in cells]
-    a, b, op = (torch.cat([p[i] for p in parts]) for i in range(3))
-    right = exact_match(model, wide, a, b, op)[0]  # (N,)
+    # A cell whose operands fit the trained task is scored in the trained layout: a padded
+    # format writes every operand at the task's width, so widening the task moves every
+    # position, and a rope model whose heads reach operands at a fixed distance (the add10
+    # frontier's) would score 0 even on the lengths it was trained on.
+    fits = [max(c) <= trained.n_digits for c in cells]
+    right = {f: _scored(as_trained if f else model, trained if f else wide,
+                        [p for p, g in zip(parts, fits, strict=True) if g == f])
+             for f in (True, False)}
     em = [[None] * M for _ in range(M)]
     n = [[0] * M for _ in range(M)]
-    start = 0
-    for (da, db), p in zip(cells, parts, strict=True):
-        k = p[0].numel()
+    start = {True: 0, False: 0}
+    for (da, db), p, f in zip(cells, parts, fits, strict=True):
+        k, i = p[0].numel(), start[f]
         n[da - 1][db - 1] = k
-        em[da - 1][db - 1] = float(right[start:start + k].float().mean()) if k else None
-        start += k
+        em[da - 1][db - 1] = float(right[f][i:i + k].float().mean()) if k else None
+        start[f] += k
     inside = [[i < train_digits and j < train_digits for j in range(M)] for i in range(M)]
     # exact match by length: over the ring of cells whose longer operand has d digits, pooled
     # (a 1x1 cell holds only ~10 held-out problems; a lone cell would be too noisy a gate)
