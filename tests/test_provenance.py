@@ -54,3 +54,17 @@ def test_no_search_no_lines_and_a_missing_folder_still_names_it(tmp_path):
     assert search_lines({"search_name": None}, tmp_path) == []
     lines = search_lines(ROW, tmp_path / "elsewhere")
     assert len([ln for ln in lines if ln]) == 1 and "add10-x" in lines[-1]
+
+
+def test_a_resumed_search_shows_every_command_and_its_last_run(tmp_path):
+    cmd = "arithsweep search --task add10 --target 0.99 --time-budget 140m -j 1"
+    sdir = _search(tmp_path, cmd)
+    meta = json.loads((sdir / "search.json").read_text())
+    again = "arithsweep search --resume add10-x -n 60 --time-budget 100m"
+    meta["resumes"] = [{"command": again, "at": "2026-11-25T08:04:05"}, {"command": None}]
+    (sdir / "search.json").write_text(json.dumps(meta))
+    text = "\n".join(search_lines(ROW, tmp_path))
+    assert cmd in text and again in text and "resumed 2 times" in text
+    assert "arithsweep search --resume add10-x\n" in text  # a resume without a command line
+    # the wall time of one run is not the search's: it is named as the last run's
+    assert "its last run took 141 minutes" in text and ", in 141 minutes" not in text

@@ -245,6 +245,8 @@ def test_resume_continues_the_experiment_and_the_study(ray_local, tmp_path):
     parents = client.search_runs([again.mlflow_experiment_id], filter_string=(
         "tags.`arithsweep.search` = 'c' and tags.`arithsweep.kind` = 'search'"))
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    meta = json.loads((Path(again.dir) / "search.json").read_text())
+    assert [r["trials"] for r in meta["resumes"]] == [4]  # the refused resume left no trace
 
 
 @pytest.mark.slow

@@ -63,8 +63,15 @@ def search_lines(row: dict[str, Any], searches_root: str | Path | None) -> list[
     if meta is None:
         return lines
     cmd, recorded = search_command(meta)
+    resumes = [r for r in meta.get("resumes") or [] if isinstance(r, dict)]
     lines += ["", "The search" + ("" if recorded else " (its command rebuilt from the options "
                                   "it recorded)") + ":", "", "```sh", cmd, "```"]
+    if resumes:
+        times = "once" if len(resumes) == 1 else f"{len(resumes)} times"
+        lines += ["", f"It was resumed {times} after it stopped (`--resume`; the counts below "
+                      "cover every run):", "", "```sh",
+                  *[str(r.get("command") or f"arithsweep search --resume {name}")
+                    for r in resumes], "```"]
     summary = _read(sdir / "summary.json")
     if summary is None:  # still running, or killed before it summed up
         return lines
@@ -73,7 +80,9 @@ def search_lines(row: dict[str, Any], searches_root: str | Path | None) -> list[
     cpu = summary.get("cpu_hours")
     lines += ["", f"It trained {summary.get('n_trials', '?')} proposals of {len(archs)} "
                   f"architectures ({seeds} seeds in all) and skipped "
-                  f"{len(summary.get('skipped') or [])} untrained at or above its incumbent, in "
-                  f"{float(summary.get('wall_time') or 0) / 60:.0f} minutes"
-                  + (f" ({cpu:.2f} CPU-hours of trials)" if cpu else "") + "."]
+                  f"{len(summary.get('skipped') or [])} untrained at or above its incumbent"
+                  + (f" in {cpu:.2f} CPU-hours of trials" if cpu else "")
+                  + (f"; its last run took {float(summary.get('wall_time') or 0) / 60:.0f} "
+                     "minutes" if resumes else
+                     f", in {float(summary.get('wall_time') or 0) / 60:.0f} minutes") + "."]
     return lines

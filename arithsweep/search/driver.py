@@ -106,6 +106,11 @@ def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = N
             "command": opts.command,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "arithsweep_version": __version__,
             "search_format": SEARCH_FORMAT})
+    else:  # every resume is recorded, so a published entry can say how the search really ran
+        stored.setdefault("resumes", []).append(
+            {"command": opts.command, "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+             "time_budget": opts.time_budget, "trials": opts.trials})
+        _write_json(sdir / "search.json", stored)
 
     with _quiet_logs():
         import ray
