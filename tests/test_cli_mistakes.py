@@ -58,14 +58,14 @@ def test_unwritable_outputs_are_one_line(tmp_path):
     assert out.returncode == 0 and "add2" in md.read_text()
 
 
-def test_the_published_add10_adder_passes_adderboards_protocol(tmp_path):
-    """The published add10 entry, exported as AdderBoard takes it, answers AdderBoard's own
-    problems (the first 200 of its 10,010 here; publish ran all of them)."""
+@pytest.mark.parametrize("ck", sorted(Path(ENTRY).parent.glob("add10-*")), ids=lambda p: p.name)
+def test_the_published_add10_adders_pass_adderboards_protocol(tmp_path, ck):
+    """Each published add10 entry, exported as AdderBoard takes it, answers AdderBoard's own
+    problems (the first 200 of its 10,010 here; `export --check` runs all of them)."""
     from arithsweep.core.model.checkpoint import load_checkpoint, sha256_file
     from arithsweep.leaderboard.adderboard import export_adderboard
     from arithsweep.leaderboard.adderboard_check import check_submission
 
-    (ck,) = sorted(Path(ENTRY).parent.glob("add10-*"))  # one add10 row is published
     params = load_checkpoint(ck).params
     row = {"id": 1, "task": "add10", "params": params, "checkpoint_path": str(ck),
            "sha256": sha256_file(ck / "model.safetensors")}
