@@ -23,7 +23,8 @@ ALLOWED = {"core": {"core"}, "search": {"core", "search"},
 
 CORE = PKG / "core"
 ROOMS = ("data", "model", "evaluation", "training")  # in import order: each uses those before
-BASICS = {"errors", "numbers", "config", "config_checks"}  # torch-free, shared by every room
+# torch-free, shared by every room
+BASICS = {"errors", "numbers", "hashing", "config", "config_checks"}
 ORCHESTRATORS = {"api", "bench", "bench_tiny", "overrides"}  # above all rooms: what the CLI calls
 LEVEL = {"basics": 0, **{r: i + 1 for i, r in enumerate(ROOMS)}, "orchestrators": len(ROOMS) + 1}
 

@@ -133,24 +133,23 @@ def tiny_rows(quick: bool, device: str,
     layouts = LAYOUTS[:2] if quick else LAYOUTS
     rows: list[dict[str, Any]] = []
     for label, task, cfg in tiny_models():
+        mine: list[dict[str, Any]] = []
         plain = plain_loop(task, examples) if label == "87p" else None
         if plain is not None:
             n_plain = sum(p.numel() for p in PlainAdder(task.vocab_size).parameters())
-            rows.append({"model": label, "params": n_plain, "layout": "plain PyTorch loop",
+            mine.append({"model": label, "params": n_plain, "layout": "plain PyTorch loop",
                          "examples_per_s": plain})
         figures = [(name, _layout(task, cfg, k, b, c, examples, device))
                    for name, k, b, c in layouts]
         base = figures[0][1]
         for name, eps in figures:
-            rows.append({"model": label, "params": count_params(cfg), "layout": name,
+            mine.append({"model": label, "params": count_params(cfg), "layout": name,
                          "examples_per_s": eps, "vs_1_seed": eps / base,
                          "vs_plain": eps / plain if plain else None})
-        if log:
-            for r in rows:
-                if r["model"] != label:
-                    continue
-                extra = "" if "vs_1_seed" not in r else f", {r['vs_1_seed']:.2f}x 1 seed" + (
-                    f", {r['vs_plain']:.2f}x plain" if r["vs_plain"] else "")
-                log(f"tiny {label} ({r['params']} p) {r['layout']}: "
-                    f"{r['examples_per_s']:,.0f} ex/s{extra}")
+        for r in mine if log else ():
+            extra = "" if "vs_1_seed" not in r else f", {r['vs_1_seed']:.2f}x 1 seed" + (
+                f", {r['vs_plain']:.2f}x plain" if r["vs_plain"] else "")
+            log(f"tiny {label} ({r['params']} p) {r['layout']}: "
+                f"{r['examples_per_s']:,.0f} ex/s{extra}")
+        rows += mine
     return rows

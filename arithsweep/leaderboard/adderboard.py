@@ -177,7 +177,7 @@ def export_adderboard(row: dict[str, Any], dest: str | Path) -> list[Path]:
     for name in ("model.safetensors", "config.json"):
         if not (src / name).is_file():
             raise ArithsweepError(f"entry {row['id']}: checkpoint file {src / name} is missing")
-    from arithsweep.core.model.checkpoint import sha256_file
+    from arithsweep.core.hashing import sha256_file
 
     if sha256_file(src / "model.safetensors") != row["sha256"]:
         raise ArithsweepError(

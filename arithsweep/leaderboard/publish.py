@@ -14,7 +14,7 @@
                                                         and checked against the verified sha256
 
 Nothing is half-written: everything is staged in a temporary folder beside the destination and
-renamed into place only once every copy has been checked. No torch (hashes via hashlib): the
+renamed into place only once every copy has been checked. No torch (hashes via core.hashing): the
 fast `arithsweep leaderboard` path imports this module.
 
     arithsweep publish --dir leaderboard
@@ -26,7 +26,6 @@ fast `arithsweep leaderboard` path imports this module.
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import os
@@ -40,6 +39,7 @@ from typing import Any
 from arithsweep import __version__
 from arithsweep.core.errors import ArithsweepError
 from arithsweep.core.evaluation.stats import class_health, percent
+from arithsweep.core.hashing import sha256_file
 from arithsweep.leaderboard.projects import project_sections
 from arithsweep.leaderboard.provenance import search_lines
 
@@ -219,14 +219,6 @@ def seeds_reached(row: dict[str, Any], config: dict[str, Any]) -> str:
     return "not recorded"
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _copy_checkpoint(row: dict[str, Any], dst: Path) -> dict[str, Any]:
     """Copy the entry's checkpoint into `dst` and check the copy; returns its config.json."""
     src, sha = Path(str(row.get("checkpoint_path"))), str(row.get("sha256"))
@@ -237,7 +229,7 @@ def _copy_checkpoint(row: dict[str, Any], dst: Path) -> dict[str, Any]:
     dst.mkdir(parents=True)
     for name in CHECKPOINT_FILES:
         shutil.copyfile(src / name, dst / name)
-    digest = _sha256(dst / CHECKPOINT_FILES[0])
+    digest = sha256_file(dst / CHECKPOINT_FILES[0])
     if digest != sha:
         raise ArithsweepError(
             f"{what}: {src / CHECKPOINT_FILES[0]} has sha256 {digest[:12]}…, not the verified "

@@ -18,7 +18,6 @@ tensor's name and shape against the config; it never unpickles anything.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import struct
@@ -34,6 +33,7 @@ from arithsweep import __version__
 from arithsweep.core.config import LEGACY_TRAIN_DEFAULTS, TrainConfig
 from arithsweep.core.data.tasks import Task, get_task
 from arithsweep.core.errors import ArithsweepError, CheckpointError
+from arithsweep.core.hashing import sha256_file
 from arithsweep.core.model.model import ArithTransformer, ModelConfig, count_params
 
 WEIGHTS = "model.safetensors"
@@ -41,14 +41,6 @@ CONFIG = "config.json"
 FORMAT = "arithsweep-checkpoint"
 FORMAT_VERSION = 1
 MAX_HEADER = 100 * 1024 * 1024  # safetensors caps its JSON header at 100 MB
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 @dataclass
