@@ -117,3 +117,41 @@ def test_the_cli_names_the_field_of_an_empty_number():
     assert out.stderr.strip().splitlines() == [
         "error: train config: lr: no value given: expected a number"]
     assert ModelConfig.from_dict({"vocab_size": 12, "n_ctx": 11, "d_model": "8"}).d_model == 8
+
+
+def test_config_files_and_space_files_share_one_yaml_reading(tmp_path):
+    """A value written the same way in a config file and in a space file is the same number:
+    both go through `core.yaml_loader` (config files used plain safe_load before, so `1e-3`
+    arrived there as text and only the field coercion saved it; lists were left as text)."""
+    from arithsweep.core.yaml_loader import load_yaml
+    from arithsweep.search.space_file import parse_space_file
+
+    assert load_yaml("lr: 1e-3\nxs: [5e-3, 2E+2]\n") == {"lr": 1e-3, "xs": [5e-3, 200.0]}
+    space = parse_space_file("model: {}\ntrain:\n  lr: {float: [1e-3, 3e-2], log: true}\n"
+                             "format: pad\n", tmp_path / "s.yaml")
+    assert [p.low for p in space.params if (p.section, p.field) == ("train", "lr")] == [1e-3]
+    assert parse_sets(["lr=1e-3"]) == {"lr": 1e-3}
+
+
+def test_a_repeated_key_in_a_config_file_is_refused_with_its_line(tmp_path):
+    """A second `lr:` used to win silently; now it is the same one-line error a space file
+    gives, naming the key and where it is."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("task: add3\ntrain:\n  lr: 0.01\n  steps: 100\n  lr: 0.02\n")
+    with pytest.raises(ConfigError, match=r"c.yaml: cannot parse \(invalid YAML at line 5, "
+                                          r"column 3: duplicate key 'lr'\)"):
+        build_configs(None, None, cfg, {})
+
+
+def test_no_module_reads_yaml_but_the_shared_loader():
+    import ast
+
+    root = Path(__file__).parent.parent / "arithsweep"
+    readers = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id == "yaml" and node.attr in ("load", "safe_load",
+                                                                   "full_load", "unsafe_load")):
+                readers.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert len(readers) == 1 and readers[0].startswith("core/yaml_loader.py:"), readers

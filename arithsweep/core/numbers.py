@@ -1,15 +1,13 @@
 """The one reading of a number a user wrote, wherever it was written.
 
 Numbers reach a config from `--set`, YAML and JSON config files, recipes, a checkpoint's
-`config.json`, and each source spells them its own way: PyYAML (YAML 1.1)
-reads `1e-3` as the *string* "1e-3" but `1.0e-3` as a float, JSON reads `2e3` as the float
-2000.0, `--set lr=` gives None. Every place that turns such a value into a config field calls
-`read_number` (a single value) or `coerce_field` (a dataclass field, by its annotation), so a
-value means the same thing in every source, and a bad one is refused with a `ConfigError` that
-names the field and the value instead of failing later in a comparison naming neither.
-
-Search-space files solve the YAML half of this their own way, with a loader that reads `1e-3`
-as a float (`arithsweep.search.space_file`), then check their bounds against the field types.
+`config.json` and search spaces, and each source spells them its own way: JSON reads `2e3` as
+the float 2000.0, `--set lr=` gives None, text such as "2_000" may arrive from anywhere (every
+YAML source is read by `arithsweep.core.yaml_loader`, which takes `1e-3` as a float). Every
+place that turns such a value into a config field calls `read_number` (a single value) or
+`coerce_field` (a dataclass field, by its annotation), so a value means the same thing in every
+source, and a bad one is refused with a `ConfigError` that names the field and the value
+instead of failing later in a comparison naming neither.
 
 Torch-free, like the configs that use it.
 

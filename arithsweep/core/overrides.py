@@ -18,6 +18,7 @@ import yaml
 
 from arithsweep.core.config import LEGACY_TRAIN_DEFAULTS, TrainConfig
 from arithsweep.core.errors import ConfigError
+from arithsweep.core.yaml_loader import describe_error, load_yaml
 
 CONFIG_SECTIONS = ("task", "format", "model", "train")
 _CHECKPOINT_KEYS = ("arithsweep_version", "format_name", "format_version", "meta", "metrics",
@@ -43,7 +44,7 @@ def parse_sets(items: list[str] | None) -> dict[str, Any]:
         if not sep or not key:
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set d_model=8")
         try:
-            out[key] = yaml.safe_load(raw) if raw.strip() else None
+            out[key] = load_yaml(raw) if raw.strip() else None
         except yaml.YAMLError:
             out[key] = raw
     return out
@@ -59,8 +60,10 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config {p}: no such file")
     try:
         text = p.read_text()
-        doc = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as e:
+        doc = json.loads(text) if p.suffix == ".json" else load_yaml(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config {p}: cannot parse ({describe_error(e)})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ConfigError(f"config {p}: cannot parse ({msg})") from None
     if doc is None:

@@ -43,7 +43,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +51,7 @@ from typing import Any
 import yaml
 
 from arithsweep.core.errors import ConfigError
+from arithsweep.core.yaml_loader import describe_error, load_yaml
 from arithsweep.search.space_fields import (
     SECTIONS,
     Condition,
@@ -139,32 +139,6 @@ def effective_value(sample: Mapping[str, Mapping[str, Any]], key: str) -> Any:
 # Parsing
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that reads 1e-3 as a float (YAML 1.1 wants 1.0e-3) and rejects duplicate keys."""
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
-)
-
-
-def _construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen: set = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            mark = key_node.start_mark
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", mark)
-        seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
 def parse_space_file(text: str, path: str | Path = "<string>") -> SpaceFile:
     """Parse and validate the YAML text of a space; every problem is one ConfigError."""
     path = Path(path)
@@ -174,13 +148,9 @@ def parse_space_file(text: str, path: str | Path = "<string>") -> SpaceFile:
                            f"search space {path}: {why}")
 
     try:
-        doc = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+        doc = load_yaml(text)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        kind = "invalid YAML" if "duplicate key" in problem else "YAML syntax error"
-        raise fail(None, f"{kind}{where}: {problem}") from None
+        raise fail(None, describe_error(e)) from None
     if doc is None:
         raise fail(None, "the file is empty (expected sections model, train, format)")
     if not isinstance(doc, dict):
