@@ -108,6 +108,10 @@ def test_packed_search_keeps_one_record_per_proposal(ray_local, tmp_path):
     verified = {v["trial_id"]: v for v in s.verified}
     assert reached, "no proposal reached 0.5 on add2: the test space is too weak"
     assert all(r["trial_id"] in verified for r in reached)
+    for r in reached:  # each pack member was told to Optuna with its own verdict
+        verdict = trained[r["config"]["trial_number"]].user_attrs["verification"]
+        assert verdict == ("verified" if verified[r["trial_id"]]["qualifies"]
+                           else "rejected by verification")
     assert s.incumbent is not None and s.best["verified_em"] >= s.target
     assert all(k["params"] >= k["bound"] for k in s.skipped)
     # the bound holds per proposal: once the first pack's winner is verified, every later

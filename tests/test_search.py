@@ -141,6 +141,11 @@ def test_search_verifies_at_once_and_never_trains_what_cannot_win(ray_local, tmp
     assert len(skipped) == len(s.skipped)
     assert all(t.constraints["exact_match"] > 0 for t in skipped)  # never feasible untrained
     assert study.best_trial.value == s.incumbent
+    # the incumbent was told to Optuna only once verified, and says so
+    best = study.best_trial
+    assert best.user_attrs["verification"] == "verified"
+    assert best.user_attrs["verified_em"] == s.best["verified_em"]
+    assert not [t for t in study.trials if t.state.name == "RUNNING"]
     # optuna-dashboard reads the list form: without it the infeasible trials drew its best line
     from optuna_dashboard._serializer import serialize_frozen_trial
 

@@ -24,3 +24,46 @@ def test_the_objective_is_named_and_queued_proposals_are_retired(tmp_path):
     trials = optuna.load_study(study_name="s", storage=url).get_trials()
     assert not [t for t in trials if t.state == waiting]
     assert all(t.state == optuna.trial.TrialState.FAIL for t in trials)
+
+
+def test_the_study_best_is_a_verified_model_not_a_held_out_estimate(tmp_path):
+    """A proposal that reached the target held-out is told to Optuna only once verified: the
+    smaller one that verification rejected becomes infeasible (so optuna-dashboard's best line
+    skips it), the verified one is the study's best, and one never verified when the search
+    ends is infeasible too."""
+    from arithsweep.search import run_settings
+    from arithsweep.search.searcher import tell_verified
+
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    space = load_space("tiny")
+    search = ConstrainedOptunaSearch(space.ray_define_by_run(), target=0.99, study_name="v",
+                                     storage_url=url, sizer=ProposalSizer({"task": "add3"}),
+                                     seed=0)
+    state = run_settings.register("v", run_settings.DriverState(
+        trials=3, deadline=None, verifier=lambda candidate: {}))
+    try:
+        for tid in ("small", "large", "late"):
+            assert isinstance(search.suggest(tid), dict)
+        numbers = {tid: search._ot_trials[tid].number for tid in ("small", "large", "late")}
+        search.on_trial_complete("small", result={"params": 100, "best_em": 0.995})
+        search.on_trial_complete("large", result={"params": 200, "best_em": 0.999})
+        running = optuna.trial.TrialState.RUNNING
+        study = optuna.load_study(study_name="v", storage=url)
+        assert {t.number for t in study.get_trials(states=(running,))} == set(numbers.values())
+        state.verified["small"] = {"qualifies": False, "exact_match": 0.95}
+        state.verified["large"] = {"qualifies": True, "exact_match": 0.998}
+        search.on_trial_complete("late", result={"params": 50, "best_em": 0.992})
+        assert tell_verified("v", 0.99) == 2  # "late" has no verdict yet: it keeps waiting
+        assert tell_verified("v", 0.99, final=True) == 1
+        study = optuna.load_study(study_name="v", storage=url)
+        by_number = {t.number: t for t in study.get_trials()}
+        small, large, late = (by_number[numbers[k]] for k in ("small", "large", "late"))
+        assert all(t.state == optuna.trial.TrialState.COMPLETE for t in (small, large, late))
+        assert study.best_trial.number == large.number
+        assert small.system_attrs["constraints"][0] > 0.03  # 0.99 - 0.95
+        assert small.user_attrs["verification"] == "rejected by verification"
+        assert large.user_attrs["verified_em"] == 0.998
+        assert late.system_attrs["constraints"][0] > 0
+        assert late.user_attrs["verification"] == "not verified"
+    finally:
+        run_settings.unregister("v")

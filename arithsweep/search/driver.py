@@ -337,12 +337,11 @@ def _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri, experime
 
 def _finish(opts, name, sdir, task, target, results, mlflow_uri, experiment_id, optuna_url,
             state) -> SearchSummary:
-    from arithsweep.search import incumbent, tracking
+    from arithsweep.search import incumbent, searcher, tracking
     from arithsweep.search.plots import frontier, plot_params_vs_em
     from arithsweep.search.results import architecture_rates, close_unreported, trial_rows
 
     rows = trial_rows(results, target, state.stop_reasons)
-    close_unreported(rows, optuna_url, name, mlflow_uri, experiment_id)
     runs = tracking.mlflow_trial_runs(mlflow_uri, experiment_id, name)
     for r in rows:
         r["mlflow_run_id"] = runs.get(r["trial_id"])
@@ -355,6 +354,10 @@ def _finish(opts, name, sdir, task, target, results, mlflow_uri, experiment_id, 
             "trial_id": r["trial_id"], "params": r["params"], "train_em": r["best_em"],
             "checkpoint": r["checkpoint"], "seeds_reached": r.get("seeds_reached"),
             "seeds_trained": r.get("seeds_trained")})
+    # Proposals held back for their verdict are told now, before every Optuna trial still
+    # running is failed.
+    searcher.tell_verified(name, target, final=True)
+    close_unreported(rows, optuna_url, name, mlflow_uri, experiment_id)
     verified = []
     for trial_id, item in state.verified.items():
         item = {**item, "mlflow_run_id": runs.get(trial_id)}

@@ -50,6 +50,9 @@ class DriverState:
     trained_above: set[str] = field(default_factory=set)
     # proposal id -> its MLflow run, so a verified entry is recorded with the run it came from
     mlflow_runs: dict[str, str] = field(default_factory=dict)
+    # proposal id -> (study, Optuna trial, params, violation): reached the target held-out, told to
+    # Optuna once verified (arithsweep.search.searcher.tell_verified)
+    awaiting: dict[str, tuple] = field(default_factory=dict)
 
     def note_start(self, trial_id: str, params: int) -> None:
         if self.incumbent is not None and not self.frontier and params >= self.incumbent:

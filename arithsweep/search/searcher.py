@@ -84,6 +84,7 @@ class ConstrainedOptunaSearch(OptunaSearch):
                 self._ot_study.enqueue_trial(point, skip_if_exists=True)
 
     def suggest(self, trial_id: str) -> dict | None:
+        tell_verified(self._name, self._target)
         self._descend(run_settings.state_of(self._name))
         if self._per_trial > 1 and self._keyer is not None:
             return self._suggest_pack(trial_id)
@@ -188,9 +189,12 @@ class ConstrainedOptunaSearch(OptunaSearch):
             val = mine.get("params")
             violation = self._violation(mine, error)
             try:
-                self._constrain(ot_trial, violation)
                 ot_trial.set_user_attr("best_em", float(mine.get("best_em", 0.0) or 0.0))
                 ot_trial.set_user_attr("errored", bool(error))
+                if self._await_verification(f"{trial_id}.p{j}", ot_trial, val, violation,
+                                            error):
+                    continue
+                self._constrain(ot_trial, violation)
                 if error or val is None:
                     state = (optuna.trial.TrialState.FAIL if error
                              else optuna.trial.TrialState.PRUNED)
@@ -266,13 +270,30 @@ class ConstrainedOptunaSearch(OptunaSearch):
                 best_em = 0.0
             violation = self._violation(seen, error)
             try:
-                self._constrain(ot_trial, violation)
                 ot_trial.set_user_attr("best_em", best_em)
                 ot_trial.set_user_attr("errored", bool(error))
+                if self._await_verification(trial_id, ot_trial, seen.get("params"),
+                                            violation, error):
+                    self._completed_trials.add(trial_id)
+                    self._last.pop(trial_id, None)
+                    return
+                self._constrain(ot_trial, violation)
             except Exception as exc:  # a storage hiccup must not end the search
                 log.warning("could not set the constraint of %s: %s", trial_id, exc)
         super().on_trial_complete(trial_id, result=result, error=error)
         self._last.pop(trial_id, None)
+
+    def _await_verification(self, pid: str, ot_trial: optuna.Trial, val, violation: float,
+                            error: bool) -> bool:
+        """Hold back a proposal that reached the target on held-out problems until the driver
+        has verified it (VerifyCallback runs right after this, in the same trial stop): the
+        study's best, and optuna-dashboard's best line, is then a verified model, never a
+        held-out estimate that verification went on to reject. True when it waits."""
+        state = run_settings.state_of(self._name)
+        if error or val is None or violation > 0 or state is None or state.verifier is None:
+            return False
+        state.awaiting[pid] = (self._ot_study, ot_trial, float(val), float(violation))
+        return True
 
     def restore(self, checkpoint_path: str) -> None:
         super().restore(checkpoint_path)
@@ -316,6 +337,39 @@ class BudgetedSearchGenerator(SearchGenerator):
 
     def is_finished(self) -> bool:
         return super().is_finished() or run_settings.past_deadline(self._name)
+
+
+def tell_verified(name: str, target: float, final: bool = False) -> int:
+    """Tell Optuna each held-back proposal (see `_await_verification`) whose verdict exists:
+    feasible when it qualified, else infeasible by as much as verification found it short of
+    the target. `final` (the search is over): one that was never verified is told infeasible
+    too, marked so. Returns how many were told."""
+    state = run_settings.state_of(name)
+    if state is None:
+        return 0
+    told = 0
+    for pid, (study, ot_trial, val, violation) in list(state.awaiting.items()):
+        item = state.verified.get(pid)
+        if item is None and not final:
+            continue
+        del state.awaiting[pid]
+        try:
+            if item is None:
+                verdict, violation = "not verified", max(violation, 1e-9)
+            elif item.get("qualifies"):
+                verdict = "verified"
+            else:
+                verdict = "rejected by verification"
+                violation = max(target - float(item.get("exact_match") or 0.0), 1e-9)
+            if item is not None and item.get("exact_match") is not None:
+                ot_trial.set_user_attr("verified_em", float(item["exact_match"]))
+            ot_trial.set_user_attr("verification", verdict)
+            ConstrainedOptunaSearch._constrain(ot_trial, violation)
+            study.tell(ot_trial, val)
+            told += 1
+        except Exception as exc:  # a storage hiccup must not end the search
+            log.warning("could not tell verified proposal %s: %s", pid, exc)
+    return told
 
 
 def retire_waiting(study_name: str, storage_url: str) -> int:
