@@ -138,3 +138,34 @@ def test_train_config_that_is_a_folder_says_so(tmp_path):
     typo; the line says it is a folder and where the config inside is."""
     one_error_line(run("train", "--config", ENTRY), "a folder", "config.json")
     one_error_line(run("train", "--config", str(tmp_path)), "a folder")
+
+
+def test_a_batch_or_pack_too_large_for_memory_is_one_line():
+    """A batch of 10^11 asked torch for 3.2 TB and printed its allocator's traceback; 100,000
+    seeds grew to 14 GB over five minutes before the first step."""
+    one_error_line(run("train", "--task", "add3", "--set", "batch_size=100000000000",
+                       "--set", "steps=1"), "out of memory", "batch_size")
+    one_error_line(run("train", "--task", "add3", "--seeds", "100000"), "seeds=100000",
+                   "at most 1024")
+
+
+def test_a_file_that_is_no_config_names_a_few_of_its_sections(tmp_path):
+    junk = tmp_path / "junk.yaml"
+    junk.write_text("".join(f"line{i}: {i}\n" for i in range(30)))
+    out = run("params", "--config", str(junk))
+    one_error_line(out, "unknown section(s) 'line0'", "and 25 more")
+    assert len(out.stderr) < 300
+
+
+def test_an_absent_database_says_so_and_points_at_the_published_models(tmp_path):
+    """A fresh clone has leaderboard/checkpoints/ but no database (it is not committed):
+    `leaderboard` said "no entries" as if nothing were published."""
+    db = tmp_path / "nowhere" / "lb.db"
+    out = subprocess.run([sys.executable, "-m", "arithsweep", "leaderboard", "--db", str(db)],
+                         capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).parent.parent)
+    assert out.returncode == 0 and "Traceback" not in out.stderr
+    said = " ".join(out.stderr.split())
+    assert f"no leaderboard database at {db} yet" in said
+    assert "leaderboard/LEADERBOARD.md" in said and "leaderboard/checkpoints/NAME" in said
+    assert not db.parent.exists()  # a reader creates nothing

@@ -41,7 +41,7 @@ def test_cli_reads_set_and_yaml_numbers_and_refuses_a_misspelled_section(tmp_pat
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines() == [
-        "error: config " + str(bad) + ": unknown section(s) modle: expected task, format, "
+        "error: config " + str(bad) + ": unknown section(s) 'modle': expected task, format, "
         "model, train"]
     out = subprocess.run([sys.executable, "-m", "arithsweep", "params", "--task", "add3",
                           "--set", "lr=1e-3", "--set", "rope_base=1e3", "--set", "pos=rope",

@@ -37,6 +37,19 @@ for _command in COMMANDS:
     app.command()(_command)
 
 
+def _out_of_memory(e: BaseException) -> bool:
+    text = str(e)
+    return (isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError"
+            or "can't allocate memory" in text or "out of memory" in text.lower())
+
+
+def _allocation(e: BaseException) -> str:
+    """'you tried to allocate 32000000000 bytes' out of torch's message, else its first line."""
+    text = str(e)
+    i = text.find("tried to allocate")
+    return text[i:].split(".")[0].split(" Error")[0] if i >= 0 else (text or type(e).__name__)
+
+
 def main() -> None:
     """Console-script entry: user errors become one line on stderr and exit code 2."""
     try:  # typer >= 0.20 vendors click as typer._click; older releases use click itself
@@ -72,4 +85,10 @@ def main() -> None:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
+    except (MemoryError, RuntimeError) as e:  # torch's allocators raise RuntimeError subclasses
+        if not _out_of_memory(e):
+            raise
+        print(f"error: out of memory ({one_line(_allocation(e))}): lower batch_size, seeds, "
+              f"the model's width or the problems asked for", file=sys.stderr)
+        sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)

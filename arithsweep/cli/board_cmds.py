@@ -70,6 +70,19 @@ def verify(
             f"not recorded: exact match {report.exact_match:.6f} is below the target {target:g}")
 
 
+def _empty_board(board) -> str:
+    """What an empty leaderboard says: a fresh clone has the published models' checkpoints
+    but no database (it is not committed), so say where the published ones are."""
+    what = (f"no entries in {board.where}" if board.exists
+            else f"no leaderboard database at {board.where} yet")
+    line = f"{what} (add one: arithsweep verify CHECKPOINT --record)"
+    published = Path("leaderboard") / "checkpoints"
+    if published.is_dir() and any(p.is_dir() for p in published.iterdir()):
+        line += (f"; the models published here are listed in leaderboard/LEADERBOARD.md and "
+                 f"re-verified into it with: arithsweep verify {published}/NAME --record")
+    return line
+
+
 def leaderboard(
     task: str = typer.Option(None, "--task", "-t", help="only this task, e.g. add10"),
     target: float = typer.Option(None, "--target", help="only entries verified at >= this exact match"),
@@ -104,7 +117,7 @@ def leaderboard(
                   + (f" target >= {target}" if target is not None else "")
                   + f" ({len(board.query(all=True))} entries in all)")
     elif not rows:
-        err.print(f"no entries in {board.where} (add one: arithsweep verify CHECKPOINT --record)")
+        err.print(_empty_board(board))
     else:
         out.print(tables.rich_table(rows, title=f"arithsweep leaderboard · {board.where}"))
 

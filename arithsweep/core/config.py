@@ -251,6 +251,9 @@ SAMPLERS = ("hash", "stream")
 LEGACY_TRAIN_DEFAULTS = {"sampler": "stream"}
 
 
+MAX_SEEDS = 1024  # seeds packed into one training run
+
+
 @dataclass
 class TrainConfig(DictConfig):
     _label = "train config"  # unannotated: a class attribute, not a dataclass field
@@ -350,6 +353,10 @@ class TrainConfig(DictConfig):
 
         for f in ("steps", "batch_size", "seeds", "eval_every", "eval_size"):
             whole(f, 1)
+        # every seed is a copy of the model and its batch in one step: 100,000 took 14 GB and
+        # five minutes before its first step; more than this is a typo, or several runs
+        need(self.seeds <= MAX_SEEDS, "seeds", f"at most {MAX_SEEDS} are trained together; "
+             f"train more in several runs (--seed sets the first)")
         for f in ("warmup", "curriculum_steps", "curriculum_stages", "restart_steps", "seed",
                   "micro_batch", "polish_steps"):
             whole(f, 0)

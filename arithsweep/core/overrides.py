@@ -74,7 +74,9 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     # a typo (`modle:`) that would silently train the defaults
     extra = sorted(str(k) for k in doc if k not in CONFIG_SECTIONS and k not in _CHECKPOINT_KEYS)
     if extra:
-        raise ConfigError(f"config {p}: unknown section(s) {', '.join(extra)}: expected "
+        shown = ", ".join(repr(k) if len(k) <= 40 else repr(k[:37] + "...") for k in extra[:5])
+        more = f" and {len(extra) - 5} more" if len(extra) > 5 else ""
+        raise ConfigError(f"config {p}: unknown section(s) {shown}{more}: expected "
                           f"{', '.join(CONFIG_SECTIONS)}")
     if "format_name" in doc:  # a checkpoint's config.json names its format this way
         doc = {**doc, "format": doc["format_name"]}

@@ -77,6 +77,12 @@ class Leaderboard:
                 raise
         return engine
 
+    @property
+    def exists(self) -> bool:
+        """False for a reader opened on a SQLite file that is not there (or holds no
+        leaderboard): it answers no rows."""
+        return self._engine is not None
+
     def close(self) -> None:
         if self._engine is not None:
             self._engine.dispose()
