@@ -68,3 +68,17 @@ def test_a_resumed_search_shows_every_command_and_its_last_run(tmp_path):
     assert "arithsweep search --resume add10-x\n" in text  # a resume without a command line
     # the wall time of one run is not the search's: it is named as the last run's
     assert "its last run took 141 minutes" in text and ", in 141 minutes" not in text
+
+
+def test_a_search_in_another_root_is_found_from_the_entry_checkpoint(tmp_path):
+    """A search run with `--root /elsewhere` keeps its trials' checkpoints inside its folder;
+    the entry records that path, so publish finds the search without a symlink or a second
+    --root, and a folder of the same name that is no search is passed over."""
+    cmd = "arithsweep search --task add10 --root /elsewhere"
+    sdir = _search(tmp_path / "elsewhere", cmd)
+    best = sdir / "tune" / "trial_abc123" / "checkpoint_000003" / "best"
+    best.mkdir(parents=True)
+    (best / "add10-x").mkdir()  # same name, no search.json: not the search
+    row = {**ROW, "checkpoint_path": str(best / "add10-x")}
+    text = "\n".join(search_lines(row, tmp_path / "searches"))
+    assert cmd in text and "15 proposals of 2 architectures" in text

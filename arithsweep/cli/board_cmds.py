@@ -185,7 +185,7 @@ def publish(
     dest: Path = typer.Option(Path("leaderboard"), "--dir", help="folder to write LEADERBOARD.md and checkpoints/ into"),
     all_rows: bool = typer.Option(False, "--all", help="every entry, not the best per task and the smallest per (task, target)"),
     db: str = typer.Option(None, "--db", help=DB_HELP),
-    root: Path = typer.Option(Path("searches"), "--root", help="where searches live: an entry a search found gets its command and cost from there"),
+    root: Path = typer.Option(Path("searches"), "--root", help="where searches live: an entry a search found gets its command and cost from there (else from the search folder its checkpoint sits in)"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Write LEADERBOARD.md and a checked copy of every listed checkpoint, ready to commit."""

@@ -3,7 +3,8 @@
 An entry recorded by a search names the search and the trial (`search_name`, `trial_id`); the
 search's own folder (`searches/<name>/search.json` and `summary.json`, written by the search
 driver) holds the command that started it, its wall time and how much it tried. `publish`
-reads that folder when it is there (the searches root is a `publish` option), so a row says
+reads that folder when it is there (under the searches root, a `publish` option, or above the
+entry's verified checkpoint, which sits inside its search's folder), so a row says
 "found by this command, in this long, after this many architectures and seeds" instead of
 leaving a reader to take the size on trust; without the folder the row still names the search.
 
@@ -51,6 +52,19 @@ def _read(path: Path) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
+def search_dir(row: dict[str, Any], searches_root: str | Path | None) -> Path | None:
+    """The folder of the search that found `row`: `<searches_root>/<name>`, else the folder of
+    that name above the entry's own checkpoint (a search run with `--root` elsewhere keeps
+    its checkpoints inside its folder), so one `publish` finds searches from several roots."""
+    name = str(row.get("search_name") or "")
+    if not name:
+        return None
+    places = [Path(searches_root) / name] if searches_root else []
+    if row.get("checkpoint_path"):
+        places += [p for p in Path(str(row["checkpoint_path"])).parents if p.name == name]
+    return next((p for p in places if (p / "search.json").is_file()), None)
+
+
 def search_lines(row: dict[str, Any], searches_root: str | Path | None) -> list[str]:
     """Markdown lines for one entry's section: empty unless a search recorded it."""
     name = row.get("search_name")
@@ -58,7 +72,7 @@ def search_lines(row: dict[str, Any], searches_root: str | Path | None) -> list[
         return []
     lines = ["", f"Found by `arithsweep search`, not by hand: search `{name}`, trial "
                  f"`{row.get('trial_id') or '?'}`."]
-    sdir = Path(searches_root) / str(name) if searches_root else None
+    sdir = search_dir(row, searches_root)
     meta = _read(sdir / "search.json") if sdir else None
     if meta is None:
         return lines
