@@ -169,3 +169,9 @@ def test_an_absent_database_says_so_and_points_at_the_published_models(tmp_path)
     assert f"no leaderboard database at {db} yet" in said
     assert "leaderboard/LEADERBOARD.md" in said and "leaderboard/checkpoints/NAME" in said
     assert not db.parent.exists()  # a reader creates nothing
+
+
+def test_a_problem_that_starts_with_a_minus_says_how_to_pass_it():
+    out = run("ask", ENTRY, "-1+2")
+    one_error_line(out, "'-1+2' reads as an option", "-- -1+2")
+    one_error_line(run("ask", ENTRY, "--", "-1+2"), "out of range")

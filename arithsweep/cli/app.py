@@ -11,6 +11,7 @@ code 2; nothing is half-written.
 
 from __future__ import annotations
 
+import re
 import sys
 import warnings
 
@@ -70,6 +71,13 @@ def main() -> None:
         sys.exit(130)
     except cx.UsageError as e:
         hint = f" (see arithsweep {e.ctx.info_name} --help)" if e.ctx and e.ctx.parent else ""
+        name = getattr(e, "option_name", "") or ""
+        if isinstance(e, cx.NoSuchOption) and re.fullmatch(r"-[\d.]+\S*", name):
+            # `ask CK -1+2`: a problem that starts with '-' reads as an option
+            arg = next((a for a in sys.argv[1:] if a.startswith(name)), name)
+            hint = (f" ({arg!r} reads as an option: put a problem that starts with '-' "
+                    f"after --, e.g. arithsweep {e.ctx.info_name if e.ctx else 'ask'} "
+                    f"CHECKPOINT -- {arg})")
         print(f"error: {one_line(e.format_message())}{hint}", file=sys.stderr)
         sys.exit(2)
     except cx.ClickException as e:
