@@ -17,7 +17,8 @@ rejected: TPE samples architectures freely, so most packs would hold one proposa
 asked Optuna trial is told exactly once: a proposal at or above the bound is told at once
 (skipped); a proposal that still does not share the pack key (a conditional space, an invalid
 combination) waits in `_pending` and starts a later trial; pack members are told one by one
-from the pack's result (FAIL when the Tune trial errors); start points are trained alone (a
+from the pack's result (FAIL when the Tune trial errors; one that reached the target once the
+driver has verified it, see `tell_verified`); start points are trained alone (a
 waiting start point would be popped by the next ask instead of the pinned proposal); and
 whatever is left RUNNING when the fit ends is failed by `results.close_unreported`.
 
