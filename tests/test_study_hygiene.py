@@ -67,3 +67,54 @@ def test_the_study_best_is_a_verified_model_not_a_held_out_estimate(tmp_path):
         assert late.user_attrs["verification"] == "not verified"
     finally:
         run_settings.unregister("v")
+
+
+def test_a_resumed_search_still_tells_the_proposals_it_held_for_verification(tmp_path):
+    """Killed after a proposal reached the target but before it was told: the resumed
+    searcher neither fails it as an orphan nor leaves it RUNNING; it is told from the verdict
+    in verified.json (here `state.verified`), and one with no verdict when the search ends."""
+    from arithsweep.search import run_settings
+    from arithsweep.search.searcher import tell_verified
+
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    space = load_space("tiny")
+
+    def searcher():
+        return ConstrainedOptunaSearch(space.ray_define_by_run(), target=0.99,
+                                       study_name="r", storage_url=url,
+                                       sizer=ProposalSizer({"task": "add3"}), seed=0)
+
+    first = searcher()
+    run_settings.register("r", run_settings.DriverState(
+        trials=3, deadline=None, verifier=lambda candidate: {}))
+    try:
+        for tid in ("kept", "unverified", "orphan"):
+            assert isinstance(first.suggest(tid), dict)
+        numbers = {tid: first._ot_trials[tid].number for tid in ("kept", "unverified", "orphan")}
+        first.on_trial_complete("kept", result={"params": 100, "best_em": 0.995})
+        first.on_trial_complete("unverified", result={"params": 90, "best_em": 0.996})
+        first._ot_trials.pop("orphan")  # asked, but no Tune trial owned it at the save
+        first.save(str(tmp_path / "searcher.pkl"))
+    finally:
+        run_settings.unregister("r")  # the process dies: the driver's state goes with it
+
+    state = run_settings.register("r", run_settings.DriverState(
+        trials=3, deadline=None, verifier=lambda candidate: {},
+        verified={"kept": {"qualifies": True, "exact_match": 0.997}}))
+    try:
+        resumed = searcher()
+        resumed.restore(str(tmp_path / "searcher.pkl"))
+        assert set(state.awaiting) == {"kept", "unverified"}
+        assert tell_verified("r", 0.99) == 1
+        assert tell_verified("r", 0.99, final=True) == 1
+        by_number = {t.number: t for t in optuna.load_study(study_name="r",
+                                                            storage=url).get_trials()}
+        kept, unverified, orphan = (by_number[numbers[k]]
+                                    for k in ("kept", "unverified", "orphan"))
+        assert kept.state == optuna.trial.TrialState.COMPLETE
+        assert kept.user_attrs["verification"] == "verified" and kept.value == 100
+        assert unverified.user_attrs["verification"] == "not verified"
+        assert unverified.system_attrs["constraints"][0] > 0
+        assert orphan.state == optuna.trial.TrialState.FAIL
+    finally:
+        run_settings.unregister("r")

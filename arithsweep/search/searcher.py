@@ -72,6 +72,9 @@ class ConstrainedOptunaSearch(OptunaSearch):
         self._keyer = keyer  # proposal config -> pack key (None: invalid config)
         self._packs: dict[str, list] = {}  # tune trial id -> its Optuna trials (packs of 2+)
         self._pending: list[tuple] = []  # (optuna trial, config): asked, not yet in a trial
+        # proposal id -> (Optuna trial number, params, violation) of each proposal held back
+        # for verification: pickled with the searcher, so a resumed search still tells them
+        self._held: dict[str, tuple[int, float, float]] = {}
         storage = optuna.storages.RDBStorage(
             storage_url, engine_kwargs={"connect_args": {"timeout": 60}})
         super().__init__(space=space, metric="params", mode="min", study_name=study_name,
@@ -85,7 +88,10 @@ class ConstrainedOptunaSearch(OptunaSearch):
                 self._ot_study.enqueue_trial(point, skip_if_exists=True)
 
     def suggest(self, trial_id: str) -> dict | None:
-        tell_verified(self._name, self._target)
+        if tell_verified(self._name, self._target):
+            state = run_settings.state_of(self._name)
+            awaiting = state.awaiting if state is not None else {}
+            self._held = {p: v for p, v in self._held.items() if p in awaiting}
         self._descend(run_settings.state_of(self._name))
         if self._per_trial > 1 and self._keyer is not None:
             return self._suggest_pack(trial_id)
@@ -294,7 +300,27 @@ class ConstrainedOptunaSearch(OptunaSearch):
         if error or val is None or violation > 0 or state is None or state.verifier is None:
             return False
         state.awaiting[pid] = (self._ot_study, ot_trial, float(val), float(violation))
+        self._held[pid] = (ot_trial.number, float(val), float(violation))
         return True
+
+    def _rehold(self) -> set[int]:
+        """After a restore: hand the driver back the proposals that were held for verification
+        when the searcher was saved and are still RUNNING in the study, so `tell_verified`
+        tells them from `verified.json` (or, never verified, when the search ends). Returns
+        their trial numbers."""
+        held = getattr(self, "_held", {})  # a searcher saved before this field had none
+        self._held = held
+        state = run_settings.state_of(self._name)
+        running = {t.number: t for t in self._ot_study.get_trials(
+            deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))}
+        for pid, (number, val, violation) in list(held.items()):
+            frozen = running.get(number)
+            if frozen is None or state is None:  # told before the kill, or nobody to tell it
+                held.pop(pid)
+                continue
+            ot_trial = optuna.Trial(self._ot_study, frozen._trial_id)
+            state.awaiting[pid] = (self._ot_study, ot_trial, val, violation)
+        return {number for number, _, _ in held.values()}
 
     def restore(self, checkpoint_path: str) -> None:
         super().restore(checkpoint_path)
@@ -303,7 +329,8 @@ class ConstrainedOptunaSearch(OptunaSearch):
         # Proposals that were pending at the last save may have been used since: fail them
         # all rather than tell one twice (a new ask replaces them).
         self._pending = []
-        owned = {t.number for t in self._ot_trials.values()}
+        owned = self._rehold()
+        owned |= {t.number for t in self._ot_trials.values()}
         owned |= {t.number for members in self._packs.values() for t in members}
         for frozen in self._ot_study.get_trials(deepcopy=False,
                                                 states=(optuna.trial.TrialState.RUNNING,)):
