@@ -68,6 +68,11 @@ def test_a_resumed_search_shows_every_command_and_its_last_run(tmp_path):
     assert "arithsweep search --resume add10-x\n" in text  # a resume without a command line
     # the wall time of one run is not the search's: it is named as the last run's
     assert "its last run took 141 minutes" in text and ", in 141 minutes" not in text
+    # a summary that sums its finished runs says both
+    summary = json.loads((sdir / "summary.json").read_text())
+    (sdir / "summary.json").write_text(json.dumps({**summary, "total_wall_time": 12000}))
+    text = "\n".join(search_lines(ROW, tmp_path))
+    assert "its finished runs took 200 minutes together (the last 141)" in text
 
 
 def test_a_search_in_another_root_is_found_from_the_entry_checkpoint(tmp_path):

@@ -238,6 +238,8 @@ def test_resume_continues_the_experiment_and_the_study(ray_local, tmp_path):
     again = _run(SearchOptions(resume="c", trials=4, root=str(tmp_path / "searches"),
                                      n_verify=0))
     assert again.n_trials == 4 and again.task == "add2" and again.target == 0.9
+    # the summary counts both runs' time, and this run's alone
+    assert again.total_wall_time == pytest.approx(first.wall_time + again.wall_time, abs=0.02)
     study = _study(again)
     assert len(study.trials) == 4 and [t.number for t in study.trials] == [0, 1, 2, 3]
     first_ids = {t["trial_id"] for t in first.trials}

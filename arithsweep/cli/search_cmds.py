@@ -136,12 +136,14 @@ def _print_summary(s) -> None:
                   str(r.get("architecture") or ""))
     out.print(t)
     above = ", ".join(s.trained_above_incumbent) or "none"
+    total = (f" ({s.total_wall_time:.0f}s in all its runs)"
+             if s.total_wall_time > s.wall_time + 0.5 else "")
     packed = (f" in {s.n_tune_trials} Tune trials of up to {s.largest_pack}"
               if s.largest_pack > 1 else "")
     out.print(f"{s.n_trials} proposals trained{packed} ({s.n_feasible} reached the target, "
               f"{s.n_errored} errored), {len(s.skipped)} proposals skipped untrained at or "
-              f"above the incumbent, in {s.wall_time:.0f}s; trained at or above an existing "
-              f"incumbent: {above}")
+              f"above the incumbent, in {s.wall_time:.0f}s{total}; trained at or above an "
+              f"existing incumbent: {above}")
     if s.cpu_hours:
         out.print(f"{s.cpu_hours:.2f} CPU-hours of trials: "
                   f"{s.n_trials / s.cpu_hours:.1f} proposals trained per CPU-hour")

@@ -96,7 +96,17 @@ def search_lines(row: dict[str, Any], searches_root: str | Path | None) -> list[
                   f"architectures ({seeds} seeds in all) and skipped "
                   f"{len(summary.get('skipped') or [])} untrained at or above its incumbent"
                   + (f" in {cpu:.2f} CPU-hours of trials" if cpu else "")
-                  + (f"; its last run took {float(summary.get('wall_time') or 0) / 60:.0f} "
-                     "minutes" if resumes else
+                  + (_resumed_minutes(summary) if resumes else
                      f", in {float(summary.get('wall_time') or 0) / 60:.0f} minutes") + "."]
     return lines
+
+
+def _resumed_minutes(summary: dict) -> str:
+    """How long a resumed search ran: its runs together where the summary counts them (runs
+    killed before they summed up are not in it), else the last run alone (older searches)."""
+    last = float(summary.get("wall_time") or 0) / 60
+    total = summary.get("total_wall_time")
+    if not total:
+        return f"; its last run took {last:.0f} minutes"
+    return (f"; its finished runs took {float(total) / 60:.0f} minutes together "
+            f"(the last {last:.0f})")

@@ -151,6 +151,9 @@ def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = N
             if started:
                 ray.shutdown()
     summary.wall_time = round(time.time() - t0, 2)
+    before = _read_json(sdir / "summary.json") if opts.resume else {}
+    summary.total_wall_time = round(summary.wall_time + float(
+        before.get("total_wall_time") or before.get("wall_time") or 0.0), 2)
     _write_json(sdir / "summary.json", summary.to_dict())
     tracking.mlflow_close(mlflow_uri, parent_run, summary, sdir)
     return summary
@@ -396,3 +399,12 @@ def _write_json(path: Path, doc: dict) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc, indent=2, default=str))
     os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> dict:
+    """A JSON file the search wrote earlier; {} when absent or unreadable (a killed run)."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}

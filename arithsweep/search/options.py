@@ -139,7 +139,10 @@ class SearchSummary:
     study_storage: str
     study_name: str
     trials: list[dict] = field(default_factory=list)  # one row per proposal
-    wall_time: float = 0.0
+    wall_time: float = 0.0  # this run (a resumed search: the latest `--resume`)
+    # every finished run of this search, the first and each resume (a run killed before it
+    # wrote its summary is not counted)
+    total_wall_time: float = 0.0
     # trials' own wall time x their CPUs, summed: what the proposals cost, whatever ran at once
     cpu_hours: float = 0.0
     n_tune_trials: int = 0  # Ray Tune trials (packs); n_trials counts proposals
