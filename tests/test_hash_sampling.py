@@ -153,3 +153,19 @@ def test_stream_fallback_is_announced():
         stream = _DataStream(task, cfg, torch.device("cpu"))
     assert stream.hash is None and "zipf" in stream.why_stream
     assert any("falls back to 'stream'" in str(w.message) for w in caught)
+
+
+def test_values_share_sets_how_many_plain_rows_are_uniform_over_values():
+    """MicroAdder's batches: every row that is not a carry row is uniform over values (mostly
+    full length); the default splits them half and half with uniform operand lengths."""
+    task = get_task("add8")
+    full = []
+    for share in (1.0, 0.5, 0.0):
+        cfg = TrainConfig(seeds=1, sampling="mixed", carry_frac=0.0, values_share=share)
+        a, b, _ = (x.flatten() for x in HashSampler(task, cfg).problems([0], list(range(8))))
+        full.append(float((a >= 10**7).double().mean()))
+    # values: 90% of operands have 8 digits; uniform lengths: 1 in 8
+    assert abs(full[0] - 0.9) < 0.03 and abs(full[2] - 0.125) < 0.03
+    assert abs(full[1] - (0.9 + 0.125) / 2) < 0.03
+    with pytest.raises(ConfigError, match="values_share"):
+        TrainConfig(values_share=1.5)

@@ -292,6 +292,9 @@ class TrainConfig(DictConfig):
     # (MicroAdder: 80% fading between 25% and 75%); equal = no fade.
     carry_fade_start: float = 0.0
     carry_fade_end: float = 0.0
+    # with "mixed": share of the rows that are not carry rows drawn uniform over values (the
+    # rest: uniform operand lengths); MicroAdder draws them all over values (1.0)
+    values_share: float = 0.5
     # Unequal stages, as the records train: [[until_step, max_digits], ...] in rising order, e.g.
     # MicroAdder's [[2000, 3], [7000, 6]] (1-3 digits to step 2K, 1-6 to 7K, then all); when
     # given it replaces curriculum_steps / curriculum_stages.
@@ -365,6 +368,9 @@ class TrainConfig(DictConfig):
         whole("polish_pool", 1)
         need(0 <= self.carry_fade_start <= self.carry_fade_end <= 1, "carry_fade_end",
              "carry_fade_start <= carry_fade_end must both be fractions of steps in [0, 1]")
+        need(isinstance(self.values_share, (int, float)) and not isinstance(
+            self.values_share, bool) and 0 <= self.values_share <= 1, "values_share",
+             "must be a fraction in [0, 1]")
         need(0 <= self.grokfast_alpha < 1, "grokfast_alpha", "must be in [0, 1) (0 = off)")
         need(self.grokfast_lambda >= 0, "grokfast_lambda", "must be >= 0")
         need(self.polish_lr > 0, "polish_lr", "must be > 0")

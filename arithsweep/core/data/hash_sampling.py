@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from arithsweep.core.config import TrainConfig
-from arithsweep.core.data.mix import carry_mode, carry_share, curriculum_cap
+from arithsweep.core.data.mix import carry_mode, carry_share, curriculum_cap, values_rows
 from arithsweep.core.data.sampling import _POW10, _digits
 from arithsweep.core.data.tasks import Task
 from arithsweep.core.errors import ConfigError
@@ -222,7 +222,7 @@ class HashSampler:
         if cfg.sampling != "mixed":
             return cap, B if cfg.sampling == "carry" else 0, B if cfg.sampling == "values" else 0
         n_carry = int(round(B * carry_share(cfg, step)))  # the same counts as the stream's
-        return cap, n_carry, (B - n_carry) // 2
+        return cap, n_carry, values_rows(cfg, B - n_carry)
 
     def problems(self, seeds: list[int], steps: list[int]) -> tuple[Tensor, Tensor, Tensor]:
         """a, b, op, each (S, K, B) int64 on the device: member k's batch at steps[s]."""

@@ -27,6 +27,12 @@ def carry_share(cfg: TrainConfig, step: int) -> float:
     return cfg.carry_frac * max(0.0, 1.0 - (step - start) / (end - start))
 
 
+def values_rows(cfg: TrainConfig, rest: int) -> int:
+    """How many of a "mixed" batch's `rest` non-carry rows are drawn uniform over values (the
+    others have uniform operand lengths); the same count for both samplers."""
+    return int(rest * cfg.values_share)
+
+
 def carry_mode(cfg: TrainConfig) -> str:
     """The Task.sample mode of the carry share: one chain pattern, or MicroAdder's mix."""
     return "carry_patterns" if cfg.carry_patterns == "mixed" else "carry"

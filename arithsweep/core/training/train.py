@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from arithsweep.core.config import TrainConfig
 from arithsweep.core.data.hash_sampling import HASH_MODES, HashSampler
-from arithsweep.core.data.mix import carry_mode, carry_share, curriculum_cap
+from arithsweep.core.data.mix import carry_mode, carry_share, curriculum_cap, values_rows
 from arithsweep.core.data.tasks import Task
 from arithsweep.core.errors import ConfigError
 from arithsweep.core.model.checkpoint import save_checkpoint
@@ -171,7 +171,7 @@ class _DataStream:
             mode = carry_mode(cfg) if cfg.sampling == "carry" else cfg.sampling
             return task.sample(n, gen, mode, max_len, split="train")
         n_carry = int(round(n * carry_share(cfg, step)))
-        n_values = (n - n_carry) // 2
+        n_values = values_rows(cfg, n - n_carry)
         parts = [task.sample(n - n_carry - n_values, gen, "uniform", max_len, split="train"),
                  task.sample(n_values, gen, "values", max_len, split="train"),
                  task.sample(n_carry, gen, carry_mode(cfg), max_len, split="train")]
