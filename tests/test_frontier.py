@@ -135,7 +135,8 @@ def reference(cfg: ModelConfig, st: dict[str, torch.Tensor], tokens: torch.Tenso
     if cfg.pos == "learned":
         P = st["pos.weight"][:T]
         x = x + F.pad(P, (d - P.shape[1], 0))
-    elif cfg.pos == "digit_index":  # MicroAdder's clock of places plus a ramp, slot rows
+    elif cfg.pos == "digit_index":  # MicroAdder's spiral: a clock of places of radius 3.5
+        # plus a ramp of 0.15 a place, and the slot rows
         dp = d - tok if cfg.split_positions else d
         rows = []
         for c in cfg.places[:T]:
@@ -146,9 +147,10 @@ def reference(cfg: ModelConfig, st: dict[str, torch.Tensor], tokens: torch.Tenso
                 rows.append(torch.zeros(dp))
             else:
                 i = int(c, 36)
-                v = [f(2 * math.pi * i / (10 * 2 ** j)) for j in range(dp // 2)
+                v = [3.5 * f(2 * math.pi * i / (10 * 2 ** j)) for j in range(dp // 2)
                      for f in (math.cos, math.sin)]
-                rows.append(torch.tensor(v + ([i / 10] if dp % 2 else []), dtype=torch.float32))
+                rows.append(torch.tensor(v + ([0.15 * i] if dp % 2 else []),
+                                         dtype=torch.float32))
         x = x + F.pad(torch.stack(rows), (d - dp, 0))
     shared = st.get("shared_norm.weight")
     n1 = shared if shared is not None else st["layers.0.norm1.weight"]
@@ -239,6 +241,11 @@ def test_forward_matches_the_plain_reference(name):
 @pytest.mark.parametrize("name", list(CASES))
 def test_every_owned_tensor_gets_a_gradient(name):
     model = ArithTransformer(cfg_of(**CASES[name]), k=2, seeds=[0, 1])
+    with torch.no_grad():  # a low-rank O starts at B = 0: what feeds it gets no gradient yet
+        for n, p in model.named_parameters():
+            if n.endswith("o.B"):
+                assert not p.any(), n
+                p.normal_()
     model(torch.randint(0, 10, (3, 34))).square().mean().backward()
     for n, p in model.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, n
@@ -385,3 +392,24 @@ def test_places_come_from_the_task_and_must_fit_its_layout():
         fill_places(task, {"pos": "digit_index", "places": "0123456789A" * 2})
     with pytest.raises(ConfigError, match="nopad"):
         get_task("add3", "nopad").places()
+
+
+def test_microadder_starts_where_its_author_started():
+    """MicroAdder's init, which its 67-p model needed here: every seed's arc at the given
+    (radius, start, stride), the learned slot rows near 0, a rank-1 O at zero; a config that
+    does not name arc_init keeps a unit clock from a random start."""
+    doc = build_configs(None, None, "recipes/anchors/microadder-67.yaml", {})[1]
+    model = ArithTransformer(doc, k=3, seeds=[0, 1, 2])
+    arc = model.embed.arc.detach()
+    assert torch.equal(arc, torch.tensor([[2.5, -1.2, 0.29]]).expand(3, 3))
+    assert float(model.slots.weight.abs().max()) < 0.1
+    o = model.layers[0].attn.o
+    assert not o.B.any() and 0 < float(o.A.abs().max()) <= 1
+    plain = ArithTransformer(cfg_of(embed="arc"), k=2, seeds=[0, 1])
+    assert torch.allclose(plain.embed.arc[:, 0], torch.ones(2))
+    assert plain.embed.arc[0, 1] != plain.embed.arc[1, 1]
+    for bad, why in (({"arc_init": [1.0, 2.0]}, "three numbers"),
+                     ({"arc_init": [1.0, 2.0, "x"]}, "three numbers"),
+                     ({"arc_init": [1.0, 2.0, 3.0]}, "needs embed: arc")):
+        with pytest.raises(ConfigError, match=why):
+            cfg_of(**bad)

@@ -116,6 +116,9 @@ class ModelConfig(DictConfig):
     rank_mlp: int | None = None  # gate, up and down
     embed: str = "table"  # table: a V x d_embed table | arc: digit t = radius*(cos, sin)(start +
     #   t*stride) in the first two dims, 3 numbers (other tokens keep table rows)
+    # (radius, start, stride) every member's arc starts from; None = a unit clock of the ten
+    # digits from a random start (MicroAdder starts all seeds at [2.5, -1.2, 0.29])
+    arc_init: list | None = None
     d_embed: int | None = None  # token part of the stream: its first d_embed dims; None = all
     split_positions: bool = False  # positions live only in the dims after d_embed (MicroAdder)
     v_from_tokens: bool = False  # V reads only the token part (the first d_embed dims)
@@ -171,6 +174,13 @@ class ModelConfig(DictConfig):
                               ("rope_pairs", ROPE_PAIRS), ("tie_k", TIE_K),
                               ("mlp_down", MLP_DOWN)):
             need(getattr(self, name) in allowed, name, f"must be one of {', '.join(allowed)}")
+        if self.arc_init is not None:
+            need(isinstance(self.arc_init, (list, tuple)) and len(self.arc_init) == 3
+                 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                         and math.isfinite(v) for v in self.arc_init), "arc_init",
+                 "must be three numbers [radius, start, stride] (or null)")
+            need(self.embed == "arc", "arc_init", "needs embed: arc")
+            self.arc_init = [float(v) for v in self.arc_init]
         if self.d_head is None:
             need(self.d_model % self.n_heads == 0, "n_heads",
                  f"must divide d_model={self.d_model} unless d_head is given")

@@ -168,7 +168,7 @@ class ArithTransformer(nn.Module):
             if name.endswith(".bias") or "norm" in name:
                 p[i].fill_(0.0 if name.endswith(".bias") else 1.0)
                 continue
-            if init_special(name, p, i, gen):
+            if init_special(name, p, i, gen, cfg):
                 continue
             tables = ("embed", "pos", "abacus", "unembed", "slots")
             std = cfg.d_model ** -0.5 if parts[0] in tables else shape[0] ** -0.5

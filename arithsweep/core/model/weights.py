@@ -25,6 +25,8 @@ from arithsweep.core.config import ModelConfig
 from arithsweep.core.model.layers import _Proj, _table
 
 N_DIGITS = 10  # token ids 0..9 are the digits
+# digit_index's fixed spiral (MicroAdder's frozen one): clock radius and ramp per place
+PLACE_RADIUS, PLACE_SLOPE = 3.5, 0.15
 
 
 def make_attn_params(cfg: ModelConfig, k: int) -> nn.Module:
@@ -183,21 +185,36 @@ def token_table(emb: nn.Module, cfg: ModelConfig) -> Tensor:
 
 
 @torch.no_grad()
-def init_special(name: str, p: Tensor, i: int, gen: torch.Generator | None) -> bool:
-    """Initialise member i of a derived-rule parameter; False if `name` is an ordinary one.
+def init_special(name: str, p: Tensor, i: int, gen: torch.Generator | None,
+                 cfg: ModelConfig) -> bool:
+    """Initialise member i of a parameter with a rule of its own; False for an ordinary one.
 
     Angles start at 0 and scales at 1 (each tie starts as its plain form: K = Q, gate = up);
     the arc puts the ten digits evenly round a unit circle (a clock, the natural picture of
-    digits mod 10) from a random start, with a little noise on the stride."""
-    last = name.rsplit(".", 1)[-1]
+    digits mod 10) from a random start, with a little noise on the stride, unless
+    `cfg.arc_init` names its start. As MicroAdder's: the learned digit_index slot rows start
+    near 0 (std 0.02), beside fixed rows of radius 3.5; a low-rank O starts at zero (B = 0,
+    A uniform in [-1, 1]), so the attention adds nothing until it has learnt what to add."""
+    parts = name.split(".")
+    last = parts[-1]
     if last.endswith("angle"):
         p[i].zero_()
     elif last.endswith("scale"):
         p[i].fill_(1.0)
     elif last == "arc":
+        if cfg.arc_init is not None:
+            p[i].copy_(torch.tensor(cfg.arc_init))
+            return True
         u = torch.rand(2, generator=gen)
         p[i].copy_(torch.tensor([1.0, 2 * math.pi * float(u[0]),
                                  2 * math.pi / N_DIGITS * (0.9 + 0.2 * float(u[1]))]))
+    elif parts[0] == "slots":
+        p[i].copy_(torch.empty(p.shape[1:]).normal_(0.0, 0.02, generator=gen))
+    elif len(parts) > 1 and parts[-2] == "o" and last in ("A", "B"):
+        if last == "B":
+            p[i].zero_()
+        else:
+            p[i].copy_(torch.empty(p.shape[1:]).uniform_(-1.0, 1.0, generator=gen))
     else:
         return False
     return True
@@ -206,9 +223,10 @@ def init_special(name: str, p: Tensor, i: int, gen: torch.Generator | None) -> b
 def place_pattern(places: str, width: int) -> tuple[Tensor, Tensor, int]:
     """digit_index positions: (fixed (T, width), slot (T,) long, -1 = none, number of slots).
 
-    A digit at place i gets (cos, sin)(2 pi i / (10 * 2^j)) for pair j (the first pair is a
-    clock of the ten places, as MicroAdder's table) and, for an odd width, a ramp i / 10 in the
-    last dim; '.' gets zeros; letters index learned slot rows."""
+    A digit at place i gets 3.5 (cos, sin)(2 pi i / (10 * 2^j)) for pair j (the first pair is
+    a clock of the ten places) and, for an odd width, a ramp 0.15 i in the last dim: MicroAdder's
+    frozen spiral, whose radius (3.5 beside its digits' 2.5) its 67-p model needed; '.' gets
+    zeros; letters index learned slot rows."""
     T = len(places)
     fixed = torch.zeros(T, width, dtype=torch.float64)
     slot = torch.full((T,), -1, dtype=torch.long)
@@ -220,9 +238,10 @@ def place_pattern(places: str, width: int) -> tuple[Tensor, Tensor, int]:
             i = int(c, 36)
             for j in range(width // 2):
                 ang = 2 * math.pi * i / (10 * 2 ** j)
-                fixed[t, 2 * j], fixed[t, 2 * j + 1] = math.cos(ang), math.sin(ang)
+                fixed[t, 2 * j], fixed[t, 2 * j + 1] = (PLACE_RADIUS * math.cos(ang),
+                                                        PLACE_RADIUS * math.sin(ang))
             if width % 2:
-                fixed[t, -1] = i / 10
+                fixed[t, -1] = PLACE_SLOPE * i
     return fixed.float(), slot, len(letters)
 
 

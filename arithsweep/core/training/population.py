@@ -49,10 +49,10 @@ def pack_key(model_cfg: ModelConfig, cfg: TrainConfig) -> tuple:
     """Proposals with equal keys can be trained in one pack by `train_population`."""
     shared = tuple((k, _frozen(v)) for k, v in cfg.to_dict().items()
                    if k not in PER_MEMBER_FIELDS)
-    return tuple(sorted(model_cfg.to_dict().items())), shared
+    return tuple(sorted((k, _frozen(v)) for k, v in model_cfg.to_dict().items())), shared
 
 
-def _frozen(v):  # list fields (the curriculum's stages) as tuples: a pack key is hashed
+def _frozen(v):  # list fields (curriculum stages, arc_init) as tuples: a pack key is hashed
     return tuple(_frozen(x) for x in v) if isinstance(v, list) else v
 
 
