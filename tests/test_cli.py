@@ -146,3 +146,13 @@ def test_train_ask_verify_leaderboard_show_export(capsys, tmp_path, monkeypatch,
     md = tmp_path / "LEADERBOARD.md"
     code, _, _ = run(capsys, "export", "--markdown", md)
     assert code == 0 and "add2" in md.read_text()
+
+
+def test_the_pos_option_lists_every_kind_of_position():
+    import inspect
+
+    from arithsweep.cli import run_cmds
+    from arithsweep.core.config import POSITIONS
+
+    line = next(ln for ln in inspect.getsource(run_cmds).splitlines() if '"--pos"' in ln)
+    assert all(p in line for p in POSITIONS), line
