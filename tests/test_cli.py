@@ -156,3 +156,13 @@ def test_the_pos_option_lists_every_kind_of_position():
 
     line = next(ln for ln in inspect.getsource(run_cmds).splitlines() if '"--pos"' in ln)
     assert all(p in line for p in POSITIONS), line
+
+
+def test_params_takes_the_config_file_as_the_anchors_comments_write_it(capsys):
+    """Every anchor's comment says `arithsweep params recipes/anchors/FILE`: that works, and
+    two different files are one clear line."""
+    code, o, _ = run(capsys, "params", ROOT / "recipes/anchors/tbukic-36.yaml", "--json")
+    assert code == 0 and json.loads(o)["params"] == 36
+    code, o, e = run(capsys, "params", ROOT / "recipes/anchors/tbukic-36.yaml",
+                     "-c", ROOT / "recipes/anchors/tbukic-41.yaml")
+    assert code != 0 and "give one" in e and len(e.strip().splitlines()) == 1

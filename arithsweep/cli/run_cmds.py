@@ -21,7 +21,7 @@ from arithsweep.cli.common import (
     print_json,
     table,
 )
-from arithsweep.core.errors import ArithsweepError
+from arithsweep.core.errors import ArithsweepError, ConfigError
 
 
 def train(
@@ -109,6 +109,8 @@ def ask(
 
 
 def params(
+    file: Path = typer.Argument(None, show_default=False, metavar="FILE",
+                                help="a config file, as --config (recipes/anchors/*.yaml)"),
     task: str = typer.Option(None, "--task", "-t", help=TASK_HELP),
     fmt: str = typer.Option(None, "--format", help=FORMAT_HELP),
     config: Path = typer.Option(None, "--config", "-c", help="YAML/JSON with a model: section"),
@@ -122,6 +124,10 @@ def params(
 ) -> None:
     """Unique parameter count of an architecture, per component, without training."""
     from arithsweep.core.overrides import build_configs
+
+    if file is not None and config is not None and file != config:
+        raise ConfigError(f"two config files given ({file} and --config {config}): give one")
+    config = config or file
 
     over = model_overrides(sets, d_model=d_model, n_layers=layers, n_heads=heads, d_ff=d_ff,
                             pos=pos)
