@@ -397,7 +397,7 @@ def test_places_come_from_the_task_and_must_fit_its_layout():
 def test_microadder_starts_where_its_author_started():
     """MicroAdder's init, which its 67-p model needed here: every seed's arc at the given
     (radius, start, stride), the learned slot rows near 0, a rank-1 O at zero; a config that
-    does not name arc_init keeps a unit clock from a random start."""
+    does not name arc_init keeps a unit clock from a random start; a malformed one is refused."""
     doc = build_configs(None, None, "recipes/anchors/microadder-67.yaml", {})[1]
     model = ArithTransformer(doc, k=3, seeds=[0, 1, 2])
     arc = model.embed.arc.detach()
@@ -408,8 +408,20 @@ def test_microadder_starts_where_its_author_started():
     plain = ArithTransformer(cfg_of(embed="arc"), k=2, seeds=[0, 1])
     assert torch.allclose(plain.embed.arc[:, 0], torch.ones(2))
     assert plain.embed.arc[0, 1] != plain.embed.arc[1, 1]
-    for bad, why in (({"arc_init": [1.0, 2.0]}, "three numbers"),
-                     ({"arc_init": [1.0, 2.0, "x"]}, "three numbers"),
-                     ({"arc_init": [1.0, 2.0, 3.0]}, "needs embed: arc")):
-        with pytest.raises(ConfigError, match=why):
-            cfg_of(**bad)
+    for bad in ([1.0, 2.0], [1.0, 2.0, "x"], [1.0, float("nan"), 2.0], "2.5"):
+        with pytest.raises(ConfigError, match="three numbers"):
+            cfg_of(embed="arc", arc_init=bad)
+
+
+def test_places_microadder_puts_its_two_learned_rows_in_any_addition_layout():
+    """`places: microadder` is the anchor's own string on add10 and the same idea on add2/add3
+    (the '=' slot and the slot after the first operand), so one space fits them all."""
+    zeros = "pad,revans,revops,delim,zeros"
+    anchor = build_configs(None, None, "recipes/anchors/microadder-57.yaml", {})[1]
+    got = {n: fill_places(get_task(n, zeros), {"pos": "digit_index", "places": "microadder"})
+           ["places"] for n in ("add2", "add3", "add10")}
+    assert got["add10"] == anchor.places
+    assert got == {**got, "add2": ".01B.01A01", "add3": ".012B.012A012"}
+    _, cfg, _ = build_configs("add3", None, "recipes/anchors/microadder-57.yaml",
+                              {"places": "microadder"})
+    assert count_params(cfg) == 57 and cfg.places == ".012B.012A012"

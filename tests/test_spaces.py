@@ -23,7 +23,7 @@ from arithsweep.search.spaces import (
 )
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-SHIPPED = ("abacus", "adderboard", "mul", "quirke", "sort", "tiny")
+SHIPPED = ("abacus", "adderboard", "microadder", "mul", "quirke", "sort", "tiny")
 
 
 def _write(tmp_path: Path, text: str, name: str = "myspace.yaml") -> Path:
@@ -83,8 +83,16 @@ def test_shipped_space_samples_valid_configs(name: str) -> None:
     for trial, cfg in samples:
         assert set(cfg) == set(SECTIONS)
         TrainConfig(**cfg["train"])  # every sample is a valid TrainConfig
+        model, sizes = dict(cfg["model"]), {"vocab_size": 12, "n_ctx": 11}
+        if model.get("pos") == "digit_index":  # its places come from a task's layout
+            from arithsweep.core.data.formats import fill_places
+            from arithsweep.core.data.tasks import get_task
+
+            task = get_task("add3", "pad,revans,revops,delim,zeros")
+            model = fill_places(task, model)
+            sizes = {"vocab_size": task.vocab_size, "n_ctx": task.n_ctx}
         try:
-            ModelConfig(vocab_size=12, n_ctx=11, **cfg["model"])
+            ModelConfig(**sizes, **model)
             valid += 1
         except ConfigError:
             pass
@@ -375,7 +383,8 @@ def test_real_optuna_search_config_matches_suggest(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("name, task", [("tiny", "add3"), ("adderboard", "add10"),
-                                        ("sort", "sort3")])
+                                        ("sort", "sort3"), ("microadder", "add3"),
+                                        ("microadder", "add10")])
 def test_shipped_start_points_are_valid_models(name, task):
     """A space's start points are trained first to give the search an early incumbent: an
     invalid one would waste the search's first trial (n_heads must divide d_model, …)."""

@@ -58,6 +58,11 @@ QK_NORMS = ("none", "head", "shared")
 ROPE_PAIRS = ("split", "interleaved")
 TIE_K = ("none", "q", "scaled", "rotated")
 MLP_DOWN = ("own", "up_t", "up_t_rot", "head")
+# ModelConfig's word-valued fields and their words (search spaces check a value against these
+# alone: whether it fits the other fields is the whole config's business)
+MODEL_WORDS = {"activation": ACTIVATIONS, "norm": NORMS, "pos": POSITIONS, "embed": EMBEDS,
+               "qk_norm": QK_NORMS, "rope_pairs": ROPE_PAIRS, "tie_k": TIE_K,
+               "mlp_down": MLP_DOWN}
 
 
 @dataclass
@@ -116,8 +121,9 @@ class ModelConfig(DictConfig):
     rank_mlp: int | None = None  # gate, up and down
     embed: str = "table"  # table: a V x d_embed table | arc: digit t = radius*(cos, sin)(start +
     #   t*stride) in the first two dims, 3 numbers (other tokens keep table rows)
-    # (radius, start, stride) every member's arc starts from; None = a unit clock of the ten
-    # digits from a random start (MicroAdder starts all seeds at [2.5, -1.2, 0.29])
+    # (radius, start, stride) every member's arc starts from (only with embed: arc, as rope_base
+    # only with rope); None = a unit clock of the ten digits from a random start (MicroAdder
+    # starts all seeds at [2.5, -1.2, 0.29])
     arc_init: list | None = None
     d_embed: int | None = None  # token part of the stream: its first d_embed dims; None = all
     split_positions: bool = False  # positions live only in the dims after d_embed (MicroAdder)
@@ -166,20 +172,13 @@ class ModelConfig(DictConfig):
              "abacus_max", "must be a whole number >= 2")
         need(isinstance(self.rope_base, (int, float)) and not isinstance(self.rope_base, bool)
              and math.isfinite(self.rope_base), "rope_base", "must be a finite number")
-        need(self.activation in ACTIVATIONS, "activation",
-             f"must be one of {', '.join(ACTIVATIONS)}")
-        need(self.norm in NORMS, "norm", f"must be one of {', '.join(NORMS)}")
-        need(self.pos in POSITIONS, "pos", f"must be one of {', '.join(POSITIONS)}")
-        for name, allowed in (("embed", EMBEDS), ("qk_norm", QK_NORMS),
-                              ("rope_pairs", ROPE_PAIRS), ("tie_k", TIE_K),
-                              ("mlp_down", MLP_DOWN)):
+        for name, allowed in MODEL_WORDS.items():
             need(getattr(self, name) in allowed, name, f"must be one of {', '.join(allowed)}")
         if self.arc_init is not None:
             need(isinstance(self.arc_init, (list, tuple)) and len(self.arc_init) == 3
                  and all(isinstance(v, (int, float)) and not isinstance(v, bool)
                          and math.isfinite(v) for v in self.arc_init), "arc_init",
                  "must be three numbers [radius, start, stride] (or null)")
-            need(self.embed == "arc", "arc_init", "needs embed: arc")
             self.arc_init = [float(v) for v in self.arc_init]
         if self.d_head is None:
             need(self.d_model % self.n_heads == 0, "n_heads",

@@ -50,6 +50,8 @@ from typing import Any
 
 import yaml
 
+from arithsweep.core.config import MODEL_WORDS
+from arithsweep.core.data.formats import MICROADDER_PLACES
 from arithsweep.core.errors import ConfigError
 from arithsweep.core.yaml_loader import describe_error, load_yaml
 from arithsweep.search.space_fields import (
@@ -316,9 +318,16 @@ def _check_accepted(section: str, fname: str, values: list[Any], key: str,
     """Catch typos in string values (pos: rpe) by building the dataclass with just that field."""
     cls = section_class(section)
     base = {"vocab_size": 12, "n_ctx": 11} if section == "model" else {}
+    words = MODEL_WORDS.get(fname) if section == "model" else None
     for v in values:
         if not isinstance(v, (str, list)):
             continue
+        if words is not None:  # the word alone: whether it fits the rest is the config's say
+            if v not in words:
+                raise fail(key, f"{v!r} is not accepted: must be one of {', '.join(words)}")
+            continue
+        if (section, fname, v) == ("model", "places", MICROADDER_PLACES):
+            continue  # a keyword the task resolves (formats.fill_places)
         try:
             cls(**base, **{fname: v})
         except ConfigError as e:

@@ -84,20 +84,21 @@ class ProposalSizer:
 
     def __init__(self, const: dict[str, Any]) -> None:
         self.const = dict(const)
-        self._cache: dict[tuple, int] = {}
+        self._cache: dict[str, int] = {}
 
     def __call__(self, config: dict[str, Any]) -> int:
-        from arithsweep.core.data.formats import Format
+        from arithsweep.core.data.formats import Format, fill_places
         from arithsweep.core.data.tasks import get_task
         from arithsweep.core.model.model import ModelConfig, count_params
 
         model, _, fmt, _ = trial_sections({k: v for k, v in config.items() if k != CONST_KEY})
-        key = (tuple(sorted(model.items())), tuple(sorted(fmt.items())))
+        key = repr((sorted(model.items()), sorted(fmt.items())))  # values may be lists
         if key not in self._cache:
             try:
                 task = get_task(self.const["task"], Format(**fmt))
                 self._cache[key] = int(count_params(ModelConfig.from_dict(
-                    {**model, "vocab_size": task.vocab_size, "n_ctx": task.n_ctx})))
+                    {**fill_places(task, dict(model)), "vocab_size": task.vocab_size,
+                     "n_ctx": task.n_ctx})))
             except (ConfigError, TypeError, ValueError):
                 self._cache[key] = 0
         return self._cache[key]

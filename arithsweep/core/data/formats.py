@@ -91,6 +91,26 @@ def layout_places(fmt: Format, n_digits: int, answer_digits: int, signed: bool,
     return (prompt + answer)[:n_ctx]
 
 
+# `places: microadder` in a config or space: the task's own places with MicroAdder's two learned
+# rows, so one space fits add2..add10 (its 57/67-p models need them; without, add3 stayed at 3%)
+MICROADDER_PLACES = "microadder"
+
+
+def microadder_places(want: str, prompt_len: int) -> str:
+    """The task's places `want` with learned row A on the last prompt slot (the '=' before the
+    answer) and row B on the first slot after the first operand's digits, as MicroAdder's
+    '=' and carry rows: ".012..012.012" -> ".012B.012A012"."""
+    chars = list(want)
+    eq = prompt_len - 1
+    first = next(i for i, c in enumerate(chars) if c != ".")
+    after = next(i for i in range(first, len(chars)) if chars[i] == ".")
+    if chars[eq] != "." or after >= eq:
+        raise ConfigError(f"model config: places=microadder needs a slot before the answer "
+                          f"and one after the first operand; this layout is {want!r}")
+    chars[after], chars[eq] = "B", "A"
+    return "".join(chars)
+
+
 def fill_places(task, model: dict) -> dict:
     """`model` (a ModelConfig dict) with the task's `places` filled in where pos digit_index
     asks for them and none are given: what the task fixes, beside vocab_size and n_ctx."""
@@ -100,6 +120,8 @@ def fill_places(task, model: dict) -> dict:
     given = model.get("places")
     if given is None:
         return {**model, "places": want}
+    if given == MICROADDER_PLACES:
+        return {**model, "places": microadder_places(want, task.prompt_len)}
     kind = [c.isdigit() or c.islower() for c in want]  # a digit's place, or a slot
     if not isinstance(given, str) or [c.isdigit() or c.islower() for c in given[:len(want)]] \
             != kind:
