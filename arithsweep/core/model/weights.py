@@ -225,8 +225,9 @@ def place_pattern(places: str, width: int) -> tuple[Tensor, Tensor, int]:
 
     A digit at place i gets 3.5 (cos, sin)(2 pi i / (10 * 2^j)) for pair j (the first pair is
     a clock of the ten places) and, for an odd width, a ramp 0.15 i in the last dim: MicroAdder's
-    frozen spiral, whose radius (3.5 beside its digits' 2.5) its 67-p model needed; '.' gets
-    zeros; letters index learned slot rows."""
+    frozen spiral (radius 3.5 beside its digits' 2.5; with it and the rest of MicroAdder's init
+    the 67-p anchor's best seed went from 9.6% to 68-77%); '.' gets zeros; letters index
+    learned slot rows."""
     T = len(places)
     fixed = torch.zeros(T, width, dtype=torch.float64)
     slot = torch.full((T,), -1, dtype=torch.long)
