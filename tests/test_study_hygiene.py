@@ -10,6 +10,13 @@ from arithsweep.search.spaces import load_space
 from arithsweep.search.trial import ProposalSizer
 
 
+def _searcher(url: str, name: str) -> ConstrainedOptunaSearch:
+    """A searcher over the tiny space on add3, as a search builds one (sampler seed 0)."""
+    return ConstrainedOptunaSearch(load_space("tiny").ray_define_by_run(), target=0.99,
+                                   study_name=name, storage_url=url,
+                                   sizer=ProposalSizer({"task": "add3"}), seed=0)
+
+
 def test_the_objective_is_named_and_queued_proposals_are_retired(tmp_path):
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
     space = load_space("tiny")
@@ -35,10 +42,7 @@ def test_the_study_best_is_a_verified_model_not_a_held_out_estimate(tmp_path):
     from arithsweep.search.searcher import tell_verified
 
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
-    space = load_space("tiny")
-    search = ConstrainedOptunaSearch(space.ray_define_by_run(), target=0.99, study_name="v",
-                                     storage_url=url, sizer=ProposalSizer({"task": "add3"}),
-                                     seed=0)
+    search = _searcher(url, "v")
     state = run_settings.register("v", run_settings.DriverState(
         trials=3, deadline=None, verifier=lambda candidate: {}))
     try:
@@ -77,14 +81,7 @@ def test_a_resumed_search_still_tells_the_proposals_it_held_for_verification(tmp
     from arithsweep.search.searcher import tell_verified
 
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
-    space = load_space("tiny")
-
-    def searcher():
-        return ConstrainedOptunaSearch(space.ray_define_by_run(), target=0.99,
-                                       study_name="r", storage_url=url,
-                                       sizer=ProposalSizer({"task": "add3"}), seed=0)
-
-    first = searcher()
+    first = _searcher(url, "r")
     run_settings.register("r", run_settings.DriverState(
         trials=3, deadline=None, verifier=lambda candidate: {}))
     try:
@@ -102,7 +99,7 @@ def test_a_resumed_search_still_tells_the_proposals_it_held_for_verification(tmp
         trials=3, deadline=None, verifier=lambda candidate: {},
         verified={"kept": {"qualifies": True, "exact_match": 0.997}}))
     try:
-        resumed = searcher()
+        resumed = _searcher(url, "r")
         resumed.restore(str(tmp_path / "searcher.pkl"))
         assert set(state.awaiting) == {"kept", "unverified"}
         assert tell_verified("r", 0.99) == 1

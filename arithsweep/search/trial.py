@@ -44,6 +44,18 @@ def seed_block(const: dict[str, Any], trial_number: int) -> int:
     return int(const.get("seed", 0)) + SEED_BLOCK * int(trial_number)
 
 
+def _task_and_model(task_name: str, model: dict[str, Any], fmt: dict[str, Any]):
+    """(Task, ModelConfig) of a sample's sections: what the task fixes (places, vocabulary,
+    context) filled in. ConfigError (or TypeError) if they do not make a valid model."""
+    from arithsweep.core.data.formats import Format, fill_places
+    from arithsweep.core.data.tasks import get_task
+    from arithsweep.core.model.model import ModelConfig
+
+    task = get_task(task_name, Format(**fmt))
+    return task, ModelConfig.from_dict({**fill_places(task, dict(model)),
+                                        "vocab_size": task.vocab_size, "n_ctx": task.n_ctx})
+
+
 def build_trial(config: dict[str, Any]) -> TrialSetup:
     """Build and validate the trial's task and configs; ConfigError if the sample is invalid.
 
@@ -53,14 +65,10 @@ def build_trial(config: dict[str, Any]) -> TrialSetup:
     seeds (a block of its own per Optuna trial unless the space fixes train.seed).
     """
     from arithsweep.core.config import TrainConfig
-    from arithsweep.core.data.formats import Format, fill_places
-    from arithsweep.core.data.tasks import get_task
-    from arithsweep.core.model.model import ModelConfig, count_params
+    from arithsweep.core.model.model import count_params
 
     model, train, fmt, const = trial_sections(config)
-    task = get_task(const["task"], Format(**fmt))
-    model_cfg = ModelConfig.from_dict({**fill_places(task, dict(model)),
-                                       "vocab_size": task.vocab_size, "n_ctx": task.n_ctx})
+    task, model_cfg = _task_and_model(const["task"], model, fmt)
     train = {**train, "target": float(const.get("train_target") or const["target"])}
     if const.get("device") and "device" not in train:
         train["device"] = const["device"]
@@ -87,18 +95,14 @@ class ProposalSizer:
         self._cache: dict[str, int] = {}
 
     def __call__(self, config: dict[str, Any]) -> int:
-        from arithsweep.core.data.formats import Format, fill_places
-        from arithsweep.core.data.tasks import get_task
-        from arithsweep.core.model.model import ModelConfig, count_params
+        from arithsweep.core.model.model import count_params
 
         model, _, fmt, _ = trial_sections({k: v for k, v in config.items() if k != CONST_KEY})
         key = repr((sorted(model.items()), sorted(fmt.items())))  # values may be lists
         if key not in self._cache:
             try:
-                task = get_task(self.const["task"], Format(**fmt))
-                self._cache[key] = int(count_params(ModelConfig.from_dict(
-                    {**fill_places(task, dict(model)), "vocab_size": task.vocab_size,
-                     "n_ctx": task.n_ctx})))
+                self._cache[key] = int(count_params(
+                    _task_and_model(self.const["task"], model, fmt)[1]))
             except (ConfigError, TypeError, ValueError):
                 self._cache[key] = 0
         return self._cache[key]
