@@ -136,8 +136,10 @@ def reference(cfg: ModelConfig, st: dict[str, torch.Tensor], tokens: torch.Tenso
         P = st["pos.weight"][:T]
         x = x + F.pad(P, (d - P.shape[1], 0))
     elif cfg.pos == "digit_index":  # MicroAdder's spiral: a clock of places of radius 3.5
-        # plus a ramp of 0.15 a place, and the slot rows
+        # plus a ramp of 0.15 a place (its 74 p learns all four numbers), and the slot rows
         dp = d - tok if cfg.split_positions else d
+        R, ph, ramp, off = st["place.spiral"].tolist() if cfg.place_learned \
+            else (3.5, 0.0, 0.15, 0.0)
         rows = []
         for c in cfg.places[:T]:
             if c.isupper():
@@ -147,9 +149,9 @@ def reference(cfg: ModelConfig, st: dict[str, torch.Tensor], tokens: torch.Tenso
                 rows.append(torch.zeros(dp))
             else:
                 i = int(c, 36)
-                v = [3.5 * f(2 * math.pi * i / (10 * 2 ** j)) for j in range(dp // 2)
+                v = [R * f(2 * math.pi * i / (10 * 2 ** j) + ph) for j in range(dp // 2)
                      for f in (math.cos, math.sin)]
-                rows.append(torch.tensor(v + ([0.15 * i] if dp % 2 else []),
+                rows.append(torch.tensor(v + ([ramp * i + off] if dp % 2 else []),
                                          dtype=torch.float32))
         x = x + F.pad(torch.stack(rows), (d - dp, 0))
     shared = st.get("shared_norm.weight")
@@ -217,7 +219,13 @@ CASES = {
                           qk_from_positions=True, tie_k="rotated", rope_pairs="interleaved",
                           v_from_tokens=True, unembed_head=True, v_from_head=True, rank_o=1,
                           mlp_down="head"),
+    "microadder-74": dict(d_model=5, d_head=5, d_vhead=5, activation="gelu", share_norms=True,
+                          embed="arc", d_embed=2, pos="digit_index", place_learned=True,
+                          places=".0123456789B.0123456789A0123456789", split_positions=True,
+                          qk_from_positions=True, tie_k="rotated", rope_pairs="interleaved",
+                          v_from_tokens=True, unembed_head=True, v_from_head=True, rank_o=1),
     "digit-index-full-width": dict(pos="digit_index", places="0123456789A" * 4),
+    "digit-index-learned": dict(pos="digit_index", places="0123456789A" * 4, place_learned=True),
     "split-subspaces": dict(d_model=5, d_embed=3, split_positions=True, v_from_tokens=True,
                             pos="learned", tie_o=True),
 }
@@ -229,7 +237,7 @@ def test_forward_matches_the_plain_reference(name):
     model = ArithTransformer(cfg, k=2, seeds=[3, 4])
     with torch.no_grad():  # move the tie numbers off their neutral start so they matter
         for n, p in model.named_parameters():
-            if n.endswith(("angle", "scale")):
+            if n.endswith(("angle", "scale", "spiral")):
                 p.add_(torch.tensor([[0.7], [-0.4]]))
     tokens = torch.randint(0, 10, (2, 5, 34), generator=torch.Generator().manual_seed(1))
     got = model(tokens)  # (2, 5, 34, 10)
@@ -425,3 +433,18 @@ def test_places_microadder_puts_its_two_learned_rows_in_any_addition_layout():
     _, cfg, _ = build_configs("add3", None, "recipes/anchors/microadder-57.yaml",
                               {"places": "microadder"})
     assert count_params(cfg) == 57 and cfg.places == ".012B.012A012"
+
+
+def test_a_learned_place_pattern_starts_as_the_fixed_one_and_costs_four():
+    """place_learned: the spiral's four numbers are parameters that start where the fixed
+    pattern is, so the same seeds give the same first logits; only digit_index takes it."""
+    kw = CASES["microadder-67"]
+    fixed = ArithTransformer(cfg_of(**kw), k=2, seeds=[5, 6])
+    learned = ArithTransformer(cfg_of(**kw, place_learned=True), k=2, seeds=[5, 6])
+    assert count_params(learned) == count_params(fixed) + 4
+    tokens = torch.randint(0, 10, (3, 34), generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(learned(tokens), fixed(tokens), rtol=0, atol=1e-6)
+    with pytest.raises(ConfigError, match="place_learned"):
+        cfg_of(place_learned=True)
+    with pytest.raises(ConfigError, match="tie_k"):  # an odd width turns interleaved pairs only
+        cfg_of(d_head=5, pos="learned", tie_k="rotated")

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from arithsweep.core.config import ModelConfig, TrainConfig
 from arithsweep.core.data.mix import carry_share, curriculum_cap
 from arithsweep.core.data.tasks import get_task
+from arithsweep.core.errors import ConfigError
 from arithsweep.core.model.model import ArithTransformer
-from arithsweep.core.training.recipe import GrokfastEMA, mine_errors
+from arithsweep.core.training.recipe import GrokfastEMA, mine_errors, wd_factors
 
 
 def test_carry_share_fades_between_the_fractions():
@@ -71,3 +73,16 @@ def test_shipped_recipes_build_and_count_what_their_names_say():
         assert task.name == task_name, path.name
         assert count_params(model_cfg) == int(params), path.name
         assert train_cfg.target >= 0.99, path.name
+
+
+def test_wd_drops_scale_each_members_decay_by_its_own_progress():
+    """MicroAdder's adaptive decay: the last step reached applies, only with 70% of the answer
+    digits right, and a member that falls back decays fully again."""
+    drops = TrainConfig(wd_drops=[[0.02, 0.1], [0.2, 0.01]]).wd_drops
+    exact = [0.0, 0.05, 0.5, 0.5, float("nan")]
+    digits = [[0.9] * 3, [0.8] * 3, [0.9] * 3, [0.6] * 3, [0.9] * 3]
+    assert wd_factors(drops, exact, digits) == [1.0, 0.1, 0.01, 1.0, 1.0]
+    assert TrainConfig(wd_drops=[["2e-2", 0.1]]).wd_drops == [[0.02, 0.1]]
+    for bad in ([[0.2, 0.1], [0.02, 0.01]], [[0.0, 0.1]], [[0.1, 2.0]], [0.1], [], "0.1"):
+        with pytest.raises(ConfigError, match="wd_drops"):
+            TrainConfig(wd_drops=bad)

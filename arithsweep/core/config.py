@@ -24,6 +24,7 @@ from arithsweep.core.config_checks import (
     check_frontier,
     check_phases,
     check_stages,
+    check_wd_drops,
     frontier_labels,
 )
 from arithsweep.core.errors import ConfigError
@@ -136,6 +137,9 @@ class ModelConfig(DictConfig):
     # digit's place, '.' a slot with no position, A-Z a slot with a learned row (shared by equal
     # letters). Filled from the task (`Task.places`) when absent.
     places: str | None = None
+    # digit_index: the pattern's radius, phase, ramp and ramp offset learned (4 numbers, from the
+    # fixed pattern; MicroAdder's 74 p) instead of fixed
+    place_learned: bool = False
     qk_from_positions: bool = False  # Q and K read only the position part (dims after d_embed)
     # unembedding through a head: logits = (norm(x) @ P) . E_tok, P d_model x d_embed owned
     # (MicroAdder's head_proj); V and MLP down may reuse P^T (v_from_head, mlp_down: head)
@@ -166,7 +170,7 @@ class ModelConfig(DictConfig):
         for name in ("norm_bias", "final_norm", "share_norms", "attn_bias", "mlp_bias",
                      "unembed_bias", "tie_embeddings", "input_injection", "tie_kv", "tie_v",
                      "tie_o", "split_positions", "v_from_tokens", "tie_gate",
-                     "qk_from_positions", "unembed_head", "v_from_head"):
+                     "qk_from_positions", "unembed_head", "v_from_head", "place_learned"):
             need(isinstance(getattr(self, name), bool), name, "must be true or false")
         need(isinstance(self.abacus_max, int) and not isinstance(self.abacus_max, bool),
              "abacus_max", "must be a whole number >= 2")
@@ -276,6 +280,11 @@ class TrainConfig(DictConfig):
     # matrices: projections and tables only (norm gains and biases are not pulled to 0) | all:
     # every parameter, the tie numbers and norm gains too (MicroAdder's and tbukic's AdamW)
     weight_decay_scope: str = "matrices"
+    # adaptive decay (MicroAdder's 74 p): [[exact_match, factor], ...]; after each evaluation a
+    # member decays at factor * weight_decay for the last pair whose held-out exact match it has
+    # reached with >= 70% of its answer digits right, else at weight_decay (so decay returns if
+    # it falls back). MicroAdder: [[0.02, 0.1], [0.2, 0.01]]. None = constant.
+    wd_drops: list | None = None
     beta1: float = 0.9
     beta2: float = 0.98
     grad_clip: float = 1.0  # per-seed global-norm clip; 0 = off
@@ -395,6 +404,8 @@ class TrainConfig(DictConfig):
              "must be matrices or all")
         if self.curriculum is not None:
             self.curriculum = check_stages(self.curriculum)
+        if self.wd_drops is not None:
+            self.wd_drops = check_wd_drops(self.wd_drops)
         need(self.sampler in SAMPLERS, "sampler", f"must be one of {', '.join(SAMPLERS)}")
         need(0 <= self.carry_frac <= 1, "carry_frac", "must be in [0, 1]")
         need(0 < self.target <= 1, "target", "must be in (0, 1]")

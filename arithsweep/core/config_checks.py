@@ -40,8 +40,9 @@ def check_frontier(cfg, need) -> None:
         need(not (cfg.tie_kv or cfg.tie_v), "v_from_tokens",
              "V reads the token part only, so it cannot be tied to K or Q")
     if cfg.tie_k == "rotated":
-        need(cfg.qk_head % 2 == 0, "tie_k", f"rotated needs an even d_head "
-             f"(got {cfg.qk_head})")
+        need(cfg.qk_head % 2 == 0 or cfg.rope_pairs == "interleaved", "tie_k",
+             f"rotated needs an even d_head, or rope_pairs interleaved to leave the last "
+             f"coordinate unturned (got d_head {cfg.qk_head}, pairs {cfg.rope_pairs})")
     if cfg.tie_k != "none":
         need(not cfg.tie_kv, "tie_k", "K from Q and K = V together: use tie_v instead")
         need(cfg.kv_heads == cfg.n_heads, "tie_k", "K from Q needs n_kv_heads == n_heads")
@@ -72,6 +73,8 @@ def check_frontier(cfg, need) -> None:
              and all(c == "." or c.isalnum() and c.isascii() for c in cfg.places),
              "places", f"digit_index needs a place per position (at least n_ctx="
                        f"{cfg.n_ctx} chars of 0-9 a-z . A-Z)")
+    if cfg.place_learned:
+        need(cfg.pos == "digit_index", "place_learned", "needs pos digit_index")
     if cfg.mlp_down == "up_t_rot":
         need(cfg.d_ff % 2 == 0, "mlp_down", f"up_t_rot needs an even d_ff (got {cfg.d_ff})")
     if cfg.tie_gate:
@@ -104,7 +107,8 @@ def frontier_labels(cfg) -> list[str]:
     if cfg.mlp_down != "own":
         out.append(f"down={cfg.mlp_down}")
     out += [lab for on, lab in ((cfg.qk_from_positions, "qk<-pos"),
-                                (cfg.unembed_head, "head"), (cfg.v_from_head, "v=headT"))
+                                (cfg.unembed_head, "head"), (cfg.v_from_head, "v=headT"),
+                                (cfg.place_learned, "places-learned"))
             if on]
     return out
 
@@ -127,6 +131,28 @@ def check_stages(value: Any) -> list[list[int]]:
         if min(pair) < 1 or (out and pair[0] <= out[-1][0]):
             raise bad
         out.append(pair)
+    return out
+
+
+def check_wd_drops(value: Any) -> list[list[float]]:
+    """Validate adaptive weight decay [[exact_match, factor], ...]: fractions, rising exact
+    match, factors in [0, 1]."""
+    bad = ConfigError(f"train config: wd_drops={value!r}: must be a list of [exact_match, "
+                      f"factor] pairs, exact match in (0, 1] rising, factor in [0, 1], e.g. "
+                      f"[[0.02, 0.1], [0.2, 0.01]]")
+    if not isinstance(value, (list, tuple)) or not value:
+        raise bad
+    out: list[list[float]] = []
+    for pair in value:
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise bad
+        try:
+            at, factor = (read_number(x, float, "wd_drops") for x in pair)
+        except ConfigError:
+            raise bad from None
+        if not (0 < at <= 1 and 0 <= factor <= 1) or (out and at <= out[-1][0]):
+            raise bad
+        out.append([float(at), float(factor)])
     return out
 
 

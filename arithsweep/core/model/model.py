@@ -98,9 +98,13 @@ class ArithTransformer(nn.Module):
             self.head = nn.Module()
             self.head.weight = _table(k, d, cfg.tok_dims)
         if cfg.pos == "digit_index":
-            fixed, slot, n_slots = place_pattern(cfg.places, d_pos)
+            fixed, slot, n_slots, place = place_pattern(cfg.places, d_pos)
             self.register_buffer("place_fixed", fixed, persistent=False)  # (T, d_pos)
             self.register_buffer("place_slot", slot, persistent=False)  # (T,), -1 = none
+            self.register_buffer("place_index", place, persistent=False)  # (T,), -1 = none
+            if cfg.place_learned:  # (K, 4): radius, phase, ramp, offset
+                self.place = nn.Module()
+                self.place.spiral = _table(k, 4)
             if n_slots:
                 self.slots = nn.Module()
                 self.slots.weight = _table(k, n_slots, d_pos)

@@ -79,9 +79,16 @@ def make_mlp_params(cfg: ModelConfig, k: int) -> nn.Module | None:
 def turn_pairs(w: Tensor, angle: Tensor, dim: int, width: int, interleaved: bool) -> Tensor:
     """Rotate every coordinate pair along `dim` (in blocks of `width`: heads) by angle (K, 1).
 
-    Pairs are (i, i + width/2) (split) or (2i, 2i+1) (interleaved), RoPE's two conventions."""
+    Pairs are (i, i + width/2) (split) or (2i, 2i+1) (interleaved), RoPE's two conventions;
+    an odd interleaved width leaves each block's last coordinate as it is (MicroAdder's 74 p
+    turns q/k width 5 so)."""
     dim = dim % w.dim()
     shape = list(w.shape)
+    if width % 2:  # turn the even part of every block, keep the odd one out
+        x = w.reshape(shape[:dim] + [shape[dim] // width, width] + shape[dim + 1:])
+        even, last = x.split([width - 1, 1], dim + 1)
+        even = turn_pairs(even.flatten(dim, dim + 1), angle, dim, width - 1, interleaved)
+        return torch.cat([even.unflatten(dim, (-1, width - 1)), last], dim + 1).reshape(shape)
     blocks, half = shape[dim] // width, width // 2
     inner = [half, 2] if interleaved else [2, half]
     x = w.reshape(shape[:dim] + [blocks] + inner + shape[dim + 1:])
@@ -208,6 +215,8 @@ def init_special(name: str, p: Tensor, i: int, gen: torch.Generator | None,
         u = torch.rand(2, generator=gen)
         p[i].copy_(torch.tensor([1.0, 2 * math.pi * float(u[0]),
                                  2 * math.pi / N_DIGITS * (0.9 + 0.2 * float(u[1]))]))
+    elif parts[0] == "place":  # the fixed pattern's numbers: training starts from it
+        p[i].copy_(torch.tensor([PLACE_RADIUS, 0.0, PLACE_SLOPE, 0.0]))
     elif parts[0] == "slots":
         p[i].copy_(torch.empty(p.shape[1:]).normal_(0.0, 0.02, generator=gen))
     elif len(parts) > 1 and parts[-2] == "o" and last in ("A", "B"):
@@ -220,30 +229,41 @@ def init_special(name: str, p: Tensor, i: int, gen: torch.Generator | None,
     return True
 
 
-def place_pattern(places: str, width: int) -> tuple[Tensor, Tensor, int]:
-    """digit_index positions: (fixed (T, width), slot (T,) long, -1 = none, number of slots).
+def place_pattern(places: str, width: int) -> tuple[Tensor, Tensor, int, Tensor]:
+    """digit_index positions: (fixed (T, width), slot (T,) long, -1 = none, number of slots,
+    place (T,) long, -1 = none).
 
     A digit at place i gets 3.5 (cos, sin)(2 pi i / (10 * 2^j)) for pair j (the first pair is
     a clock of the ten places) and, for an odd width, a ramp 0.15 i in the last dim: MicroAdder's
     frozen spiral (radius 3.5 beside its digits' 2.5; with it and the rest of MicroAdder's init
     the 67-p anchor's best seed went from 9.6% to 68-77%); '.' gets zeros; letters index
-    learned slot rows."""
+    learned slot rows. `place_learned` makes the four numbers trainable (`spiral_rows`)."""
     T = len(places)
-    fixed = torch.zeros(T, width, dtype=torch.float64)
     slot = torch.full((T,), -1, dtype=torch.long)
+    place = torch.full((T,), -1, dtype=torch.long)
     letters = sorted({c for c in places if c.isupper()})
     for t, c in enumerate(places):
         if c.isupper():
             slot[t] = letters.index(c)
         elif c != ".":
-            i = int(c, 36)
-            for j in range(width // 2):
-                ang = 2 * math.pi * i / (10 * 2 ** j)
-                fixed[t, 2 * j], fixed[t, 2 * j + 1] = (PLACE_RADIUS * math.cos(ang),
-                                                        PLACE_RADIUS * math.sin(ang))
-            if width % 2:
-                fixed[t, -1] = PLACE_SLOPE * i
-    return fixed.float(), slot, len(letters)
+            place[t] = int(c, 36)
+    start = torch.tensor([[PLACE_RADIUS, 0.0, PLACE_SLOPE, 0.0]], dtype=torch.float64)
+    fixed = spiral_rows(start, place, width)[0]
+    return fixed.float(), slot, len(letters), place
+
+
+def spiral_rows(spiral: Tensor, place: Tensor, width: int) -> Tensor:
+    """The place pattern from its numbers: spiral (K, 4) = (radius, phase, ramp, offset) per
+    member, place (T,) a digit's place or -1 -> (K, T, width), zero where place is -1."""
+    i = place.clamp(min=0).to(spiral.dtype)  # (T,)
+    r, phase, ramp, offset = (c.unsqueeze(1) for c in spiral.unbind(1))  # (K, 1) each
+    cols = []
+    for j in range(width // 2):
+        ang = 2 * math.pi * i / (10 * 2 ** j) + phase  # (K, T)
+        cols += [r * ang.cos(), r * ang.sin()]
+    if width % 2:
+        cols.append(ramp * i + offset)
+    return torch.stack(cols, -1) * (place >= 0).view(1, -1, 1).to(spiral.dtype)
 
 
 def pos_part(table: Tensor, d: int) -> Tensor:  # (K, R, d_pos) -> (K, R, d)
@@ -253,7 +273,10 @@ def pos_part(table: Tensor, d: int) -> Tensor:  # (K, R, d_pos) -> (K, R, d)
 
 def place_rows(model: nn.Module, T: int) -> Tensor:  # -> (K, T, d): digit_index positions
     """The fixed place pattern of the first T positions plus their learned slot rows."""
-    pe = model.place_fixed[:T].expand(model.k, -1, -1)  # (K, T, d_pos)
+    if model.cfg.place_learned:
+        pe = spiral_rows(model.place.spiral, model.place_index[:T], model.place_fixed.shape[1])
+    else:
+        pe = model.place_fixed[:T].expand(model.k, -1, -1)  # (K, T, d_pos)
     slot = model.place_slot[:T]
     if getattr(model, "slots", None) is not None and bool((slot >= 0).any()):
         rows = model.slots.weight[:, slot.clamp(min=0)]  # (K, T, d_pos)

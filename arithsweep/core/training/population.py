@@ -32,7 +32,7 @@ from arithsweep.core.errors import ConfigError
 from arithsweep.core.evaluation.confirm import eval_problems, reached
 from arithsweep.core.evaluation.evaluate import EvalSet, answer_start, score
 from arithsweep.core.model.model import ArithTransformer, ModelConfig, count_params
-from arithsweep.core.training.recipe import GrokfastEMA, grokfast_on, lbfgs_polish
+from arithsweep.core.training.recipe import GrokfastEMA, grokfast_on, lbfgs_polish, wd_factors
 from arithsweep.core.training.step import PackStep, capture_blocker
 
 # Fields that may differ between the proposals of one pack: per-member optimiser settings and
@@ -198,8 +198,8 @@ def train_population(task: Task, model_cfg: ModelConfig, cfgs: Sequence[TrainCon
         vals = [float(getattr(c, field)) for c, n in zip(cfgs, counts) for _ in range(n)]
         return torch.tensor(vals, dtype=torch.float32, device=device)
 
-    opt = PackAdamW(params, per_member("weight_decay"), (c0.beta1, c0.beta2),
-                    scope=c0.weight_decay_scope)
+    base_wd = per_member("weight_decay")  # (K,); wd_drops scales it per member
+    opt = PackAdamW(params, base_wd.clone(), (c0.beta1, c0.beta2), scope=c0.weight_decay_scope)
     clip = per_member("grad_clip")  # (K,); 0 = off for that member
     lrs = _LrTable(cfgs, counts, device)
     loss_fn = torch.compile(T._loss_fn, dynamic=False) if c0.compile else T._loss_fn
@@ -261,6 +261,9 @@ def train_population(task: Task, model_cfg: ModelConfig, cfgs: Sequence[TrainCon
                 running[o:o + n] = False  # frozen from the next step on
         if not any(data.running):
             break
+        if c0.wd_drops:
+            opt.wd.copy_(base_wd * torch.tensor(wd_factors(c0.wd_drops, ok, pos_acc),
+                                                device=device))
     if c0.lbfgs_steps:
         _lbfgs_and_score(model, task, cfgs, results, offs, counts, alive, eval_set, start, step,
                          t0, device, on_eval)

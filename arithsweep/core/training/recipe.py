@@ -26,6 +26,19 @@ import torch
 from arithsweep.core.config import TrainConfig
 from arithsweep.core.data.tasks import Task
 
+WD_DROP_DIGITS = 0.7  # answer-digit accuracy a wd_drops step also needs (MicroAdder's gate)
+
+
+def wd_factors(drops: list[list[float]], exact: list[float],
+               digits: list[list[float]]) -> list[float]:
+    """Per member, the weight-decay factor `TrainConfig.wd_drops` gives it after an evaluation:
+    exact (K,) held-out exact match, digits (K, answer_len) accuracy per answer position."""
+    out = []
+    for em, acc in zip(exact, digits):
+        ok = bool(acc) and sum(acc) / len(acc) >= WD_DROP_DIGITS and em == em  # nan: failed
+        out.append(next((f for at, f in reversed(drops) if ok and em >= at), 1.0))
+    return out
+
 
 def grokfast_on(cfg: TrainConfig, step: int) -> bool:
     """Does the Grokfast filter run at `step`? Everywhere when alpha > 0, unless a phase asks
