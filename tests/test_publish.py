@@ -114,7 +114,8 @@ def test_publish_real_checkpoint_and_reverify_it(capsys, tmp_path, monkeypatch, 
     name = f"add2-{rep['params']}-{rep['sha256'][:8]}"
     folder = Path("leaderboard") / "checkpoints" / name
     assert [e["checkpoint"] for e in res["entries"]] == [str(folder)]
-    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "config.json", "entry.json", "model.safetensors"]
     assert sha_of(folder / "model.safetensors") == rep["sha256"]
     assert (folder / "config.json").read_bytes() == (ckpt / "config.json").read_bytes()
 
@@ -212,3 +213,54 @@ def test_publish_cli_help_and_empty_board(capsys, tmp_path):
     code, _, err = run(capsys, "publish", "--db", tmp_path / "none.db", "--dir", tmp_path / "o")
     assert code == 2 and err.startswith("error: no entries in") and len(err.splitlines()) == 1
     assert not (tmp_path / "o").exists() and not (tmp_path / "none.db").exists()
+
+
+def test_a_lost_database_is_rebuilt_from_the_published_folder(capsys, tmp_path, ckpt):
+    """The database and search folders are local; the published folder is what a clone has.
+    Re-recording a published checkpoint re-measures it and takes back only its provenance
+    (search, trial, entry id) from entry.json, so republishing keeps where it came from; a
+    publication that would drop an entry the database lacks is refused unless --drop."""
+    db1, db2, dest = tmp_path / "one.db", tmp_path / "two.db", tmp_path / "pub"
+    code, _, err = run(capsys, "verify", ckpt, "--record", "--db", db1, "--json")
+    assert code == 0, err
+    board = open_db(str(db1))
+    row = board.query()[0]
+    board.close()
+    sha = row["sha256"]
+    searches = tmp_path / "searches" / "s1"  # the search's own folder, then lost
+    searches.mkdir(parents=True)
+    (searches / "search.json").write_text(json.dumps({"name": "s1", "task": "add2",
+                                                      "command": "arithsweep search -n 3"}))
+    row = {**row, "id": 41, "search_name": "s1", "trial_id": "t9"}
+    pub.publish([row], dest, searches_root=tmp_path / "searches")
+    name = pub.checkpoint_dir_name(row)
+    kept = json.loads((dest / "checkpoints" / name / "entry.json").read_text())
+    assert kept["entry_id"] == 41 and kept["search_name"] == "s1" and kept["sha256"] == sha
+    assert "exact_match" not in kept and "arithsweep search -n 3" in "".join(
+        kept["search_lines"])
+    shutil.rmtree(tmp_path / "searches")
+    # a fresh database: publishing from it alone would lose the entry, so it is refused
+    other = make_report(task="add2", params=7, exact_match=1.0, sha256="3" * 64,
+                        checkpoint_path=str(ckpt))
+    open_db(str(db2)).record(other)
+    before = snapshot(dest)
+    code, _, err = run(capsys, "publish", "--db", db2, "--dir", dest)
+    assert code == 2 and "does not" in err and name in err and len(err.splitlines()) == 1
+    assert snapshot(dest) == before
+    code, out, err = run(capsys, "verify", dest / "checkpoints" / name, "--record",
+                         "--db", db2, "--json")
+    assert code == 0, err
+    got = json.loads(out)
+    assert got["entry_id"] == 41 and got["search_name"] == "s1" and got["trial_id"] == "t9"
+    assert got["exact_match"] == 1.0 and got["n_problems"] == 10_000  # measured again
+    board = open_db(str(db2))
+    rebuilt = next(r for r in board.query(all=True) if r["sha256"] == sha)
+    board.close()
+    pub.publish([rebuilt], dest, searches_root=tmp_path / "searches",
+                known=[sha, "3" * 64])
+    md = (dest / "LEADERBOARD.md").read_text()
+    assert "Entry 41:" in md and "search `s1`, trial `t9`" in md
+    assert "arithsweep search -n 3" in md  # from entry.json: the search folder is gone
+    with pytest.raises(ArithsweepError, match="does not"):
+        pub.publish([{**other.to_dict(), "id": 2}], dest)
+    assert (dest / "checkpoints" / name).is_dir()

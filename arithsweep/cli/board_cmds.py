@@ -28,13 +28,18 @@ def _open(db: str | None, create: bool):
 
 def verify(
     checkpoint: Path = typer.Argument(..., help="checkpoint directory (safetensors + config.json)"),
-    target: float = typer.Option(0.99, "--target", help="exact match needed to qualify, in (0, 1]"),
+    target: float = typer.Option(None, "--target", help="exact match needed to qualify, in (0, 1] (default 0.99, or the target a published folder was verified at)"),
     record: bool = typer.Option(False, "--record", help="add a qualifying result to the leaderboard"),
     db: str = typer.Option(None, "--db", help=DB_HELP),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Verify a checkpoint with the current suite (params and exact match from the weights
     alone; per Quirke class too for add, sub and mix)."""
+    from arithsweep.leaderboard.provenance import published_entry
+
+    kept = published_entry(checkpoint)  # a published folder: its entry number and target
+    if target is None:
+        target = kept.get("target") if isinstance(kept.get("target"), float) else 0.99
     if not 0 < target <= 1:
         raise ArithsweepError(f"--target {target}: must be in (0, 1]")
     board = _open(db, create=True) if record else None  # a bad --db fails before the long run
@@ -50,8 +55,9 @@ def verify(
             report = run_verify(checkpoint, target,
                                 progress=lambda d, n: bar.update(h, completed=d, total=n))
     entry = None
-    if record and report.qualifies:
-        entry, created = board.record(report)
+    if record and report.qualifies:  # a published folder keeps its entry id where it is free
+        same = kept.get("sha256") == report.sha256
+        entry, created = board.record(report, kept.get("entry_id") if same else None)
     res = {**report.to_dict(), "by_class_table": report.class_table(),
            "qualifies": report.qualifies, "entry_id": entry["id"] if entry else None}
     if as_json:
@@ -97,7 +103,7 @@ def leaderboard(
     if sum((as_json, as_csv, as_md)) > 1:
         raise ArithsweepError("choose one of --json, --csv, --markdown")
     from arithsweep.cli import render as tables
-    from arithsweep.leaderboard import publish as formats
+    from arithsweep.leaderboard import tables as formats
 
     if task is not None:
         from arithsweep.core.data.formats import task_name  # torch-free: this path stays fast
@@ -186,6 +192,7 @@ def publish(
     all_rows: bool = typer.Option(False, "--all", help="every entry, not the best per task and the smallest per (task, target)"),
     db: str = typer.Option(None, "--db", help=DB_HELP),
     root: Path = typer.Option(Path("searches"), "--root", help="where searches live: an entry a search found gets its command and cost from there (else from the search folder its checkpoint sits in)"),
+    drop: bool = typer.Option(False, "--drop", help="remove published entries the database does not hold (default: refuse)"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Write LEADERBOARD.md and a checked copy of every listed checkpoint, ready to commit."""
@@ -196,7 +203,8 @@ def publish(
     if not rows:
         raise ArithsweepError(f"no entries in {board.where} to publish "
                               "(add one: arithsweep verify CHECKPOINT --record)")
-    res = pub.publish(rows if all_rows else pub.select_rows(rows), dest, searches_root=root)
+    res = pub.publish(rows if all_rows else pub.select_rows(rows), dest, searches_root=root,
+                      known=[str(r.get("sha256")) for r in rows], drop=drop)
     if as_json:
         print_json(res)
     else:

@@ -16,9 +16,9 @@ import json
 import re
 from typing import Any
 
-from arithsweep.core.evaluation.stats import class_health
-from arithsweep.leaderboard.publish import COLUMNS, RIGHT_ALIGNED, cells, percent
+from arithsweep.core.evaluation.stats import class_health, percent
 from arithsweep.leaderboard.report import nines
+from arithsweep.leaderboard.tables import COLUMNS, RIGHT_ALIGNED, cells
 
 
 def rich_table(rows: list[dict[str, Any]], title: str | None = None) -> Any:

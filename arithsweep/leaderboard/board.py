@@ -96,8 +96,10 @@ class Leaderboard:
 
     # --- writes ----------------------------------------------------------------------------
 
-    def record(self, report: VerificationReport) -> tuple[dict[str, Any], bool]:
-        """Store a qualifying report; returns (the entry as a row dict, created?)."""
+    def record(self, report: VerificationReport,
+               entry_id: int | None = None) -> tuple[dict[str, Any], bool]:
+        """Store a qualifying report; returns (the entry as a row dict, created?). A new entry
+        takes `entry_id` (its published number) when no other entry has it."""
         if isinstance(report, dict):
             report = VerificationReport.from_dict(report)
         if not report.qualifies:
@@ -111,7 +113,7 @@ class Leaderboard:
         with guard(self.where):
             for attempt in (1, 2):
                 try:
-                    return self._upsert(engine, sha, values)
+                    return self._upsert(engine, sha, values, entry_id)
                 except IntegrityError:
                     # Another writer inserted the same sha between our SELECT and INSERT
                     # (possible on servers without BEGIN IMMEDIATE): update it instead.
@@ -119,12 +121,15 @@ class Leaderboard:
                         raise
         raise AssertionError("unreachable")
 
-    def _upsert(self, engine: Engine, sha: str, values: dict[str, Any]) -> tuple[dict, bool]:
+    def _upsert(self, engine: Engine, sha: str, values: dict[str, Any],
+                entry_id: int | None = None) -> tuple[dict, bool]:
         with Session(writer(engine), expire_on_commit=False) as s, s.begin():
             entry = s.scalars(select(Entry).where(Entry.sha256 == sha)).one_or_none()
             created = entry is None
             if created:
                 entry = Entry(created_at=utc_timestamp(), **values)
+                if isinstance(entry_id, int) and entry_id > 0 and s.get(Entry, entry_id) is None:
+                    entry.id = entry_id
                 s.add(entry)
             else:
                 for k, v in values.items():

@@ -11,6 +11,13 @@ leaving a reader to take the size on trust; without the folder the row still nam
     from arithsweep.leaderboard.provenance import search_lines
     print("\n".join(search_lines({"search_name": "add10-cpu", "trial_id": "1449389c"},
                                  "searches")))
+
+Search folders and the leaderboard database are local (git-ignored), so `publish` also writes
+each entry's provenance beside its published checkpoint (`entry.json`: entry id, search,
+trial, MLflow run, the lines printed here). `arithsweep verify <published folder> --record`
+re-measures the weights and takes only that provenance from it, never a result, so a fresh
+clone rebuilds its database from `leaderboard/checkpoints/` and republishes without losing
+where an entry came from.
 """
 
 from __future__ import annotations
@@ -65,8 +72,34 @@ def search_dir(row: dict[str, Any], searches_root: str | Path | None) -> Path | 
     return next((p for p in places if (p / "search.json").is_file()), None)
 
 
+ENTRY_FILE = "entry.json"  # beside a published checkpoint: where the entry came from
+ENTRY_FORMAT = "arithsweep-entry"
+PROVENANCE = ("search_name", "trial_id", "mlflow_run_id")  # what a re-recording takes back
+
+
+def entry_record(row: dict[str, Any], lines: list[str]) -> dict[str, Any]:
+    """entry.json for a published row: its id and provenance, no results (those are
+    re-measured from the weights whenever the entry is recorded again)."""
+    return {"format": ENTRY_FORMAT, "version": 1, "entry_id": row.get("id"),
+            "sha256": row.get("sha256"), "target": row.get("target"),
+            **{k: row.get(k) for k in PROVENANCE},
+            "search_lines": lines}
+
+
+def published_entry(folder: str | Path | None, sha256: str | None = None) -> dict[str, Any]:
+    """The entry.json published in `folder` (JSON only, never code), or {} when there is none,
+    it is not ours, or it names other weights than `sha256`."""
+    doc = _read(Path(folder) / ENTRY_FILE) if folder else None
+    if not doc or doc.get("format") != ENTRY_FORMAT:
+        return {}
+    if sha256 is not None and str(doc.get("sha256") or "").lower() != str(sha256).lower():
+        return {}
+    return doc
+
+
 def search_lines(row: dict[str, Any], searches_root: str | Path | None) -> list[str]:
-    """Markdown lines for one entry's section: empty unless a search recorded it."""
+    """Markdown lines for one entry's section: empty unless a search recorded it. Without the
+    search's folder, the lines an earlier publication printed (its entry.json) stand in."""
     name = row.get("search_name")
     if not name:
         return []
@@ -75,6 +108,11 @@ def search_lines(row: dict[str, Any], searches_root: str | Path | None) -> list[
     sdir = search_dir(row, searches_root)
     meta = _read(sdir / "search.json") if sdir else None
     if meta is None:
+        kept = published_entry(row.get("checkpoint_path"), row.get("sha256"))
+        old = kept.get("search_lines")
+        same = kept.get("search_name") == name
+        if same and isinstance(old, list) and all(isinstance(x, str) for x in old) and old:
+            return old
         return lines
     cmd, recorded = search_command(meta)
     resumes = [r for r in meta.get("resumes") or [] if isinstance(r, dict)]

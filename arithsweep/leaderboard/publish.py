@@ -1,7 +1,7 @@
 """The leaderboard's output formats, and `publish`: LEADERBOARD.md plus the checkpoints it lists.
 
-`to_json`, `to_csv` and `to_markdown` turn leaderboard rows (the dicts `Leaderboard.query` and
-`get` return) into strings for `arithsweep leaderboard --json/--csv/--markdown` and `export`.
+The string formats (`to_json`, `to_csv`, `to_markdown`) live in `tables` and are importable
+from here too.
 `publish(rows, "leaderboard")` writes the folder a project commits to show its results:
 
     leaderboard/LEADERBOARD.md                          generated; one table, per entry the
@@ -11,7 +11,13 @@
     leaderboard/pictures/                               committed by hand (ood, inspect PNGs);
                                                         linked from the project sections
     leaderboard/checkpoints/<task>-<params>-<sha8>/     model.safetensors + config.json, copied
-                                                        and checked against the verified sha256
+                                                        and checked against the verified sha256,
+                                                        and entry.json: the entry's id and
+                                                        provenance (leaderboard/provenance.py)
+
+A published entry whose weights the database does not hold (a fresh clone, a lost database)
+is not dropped silently: `publish` refuses until it is re-recorded from its folder (`arithsweep
+verify leaderboard/checkpoints/NAME --record`) or `drop` says to remove it.
 
 Nothing is half-written: everything is staged in a temporary folder beside the destination and
 renamed into place only once every copy has been checked. No torch (hashes via core.hashing): the
@@ -25,8 +31,6 @@ fast `arithsweep leaderboard` path imports this module.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 import re
@@ -41,22 +45,18 @@ from arithsweep.core.errors import ArithsweepError
 from arithsweep.core.evaluation.stats import class_health, percent
 from arithsweep.core.hashing import sha256_file
 from arithsweep.leaderboard.projects import project_sections
-from arithsweep.leaderboard.provenance import search_lines
-
-# Columns of every human-facing table (markdown, Rich); `cells` renders one row.
-COLUMNS = ("rank", "task", "params", "exact match", "nines", "problems checked",
-           "architecture", "date", "entry id")  # fmt: skip
-
-# Flat columns for CSV (spreadsheets); the nested failures and breakdown live in the JSON.
-CSV_FIELDS = (
-    "rank", "id", "task", "format", "params", "exact_match", "nines", "wilson_lower",
-    "n_problems", "n_failures", "target", "architecture", "suite", "suite_seed", "suite_size",
-    "sha256", "checkpoint_path", "mlflow_run_id", "search_name", "trial_id", "seed", "steps",
-    "wall_time", "device", "version", "created_at", "verified_at", "reproduce",
-    "model_config", "train_config",
-)  # fmt: skip
-
-RIGHT_ALIGNED = {"rank", "params", "exact match", "nines", "problems checked", "entry id"}
+from arithsweep.leaderboard.provenance import ENTRY_FILE, entry_record, search_lines
+from arithsweep.leaderboard.tables import (  # noqa: F401  (re-exported: pub.to_markdown ...)
+    COLUMNS,
+    CSV_FIELDS,
+    RIGHT_ALIGNED,
+    _count,
+    _md_table,
+    cells,
+    to_csv,
+    to_json,
+    to_markdown,
+)
 
 MARKDOWN = "LEADERBOARD.md"
 CHECKPOINTS = "checkpoints"
@@ -68,66 +68,6 @@ PUBLISHED_COLUMNS = ("task", "params", "exact match", "nines", "problems checked
 _DIR_NAME = re.compile(r"[A-Za-z0-9_.+-]+-\d+-[0-9a-f]{8}")
 
 
-
-
-def _date(row: dict[str, Any]) -> str:
-    return str(row.get("created_at") or "")[:10]  # ISO-8601: the date is the first 10 chars
-
-
-def _count(n: Any) -> str:
-    return f"{n:,}" if isinstance(n, int) else ""
-
-
-def cells(row: dict[str, Any]) -> list[str]:
-    return [
-        "" if row.get("rank") is None else str(row["rank"]),
-        str(row.get("task", "")),
-        str(row.get("params", "")),
-        percent(row.get("exact_match")),
-        str(row.get("nines", "")),
-        _count(row.get("n_problems")),
-        str(row.get("architecture") or ""),
-        _date(row),
-        str(row.get("id", "")),
-    ]
-
-
-def to_json(rows: list[dict[str, Any]]) -> str:
-    """All fields of every row (nested configs and breakdowns included), indented JSON."""
-    return json.dumps(list(rows), indent=2, default=str)
-
-
-def to_csv(rows: list[dict[str, Any]]) -> str:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        flat = {k: row.get(k) for k in CSV_FIELDS}
-        for k in ("model_config", "train_config"):
-            flat[k] = json.dumps(row.get(k) or {}, sort_keys=True)
-        writer.writerow(flat)
-    return buf.getvalue()
-
-
-def _md_escape(cell: str) -> str:
-    return cell.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-
-
-def _md_table(columns: tuple[str, ...], body: list[list[str]]) -> list[str]:
-    out = ["| " + " | ".join(columns) + " |",
-           "|" + "|".join("---:" if c in RIGHT_ALIGNED else "---" for c in columns) + "|"]
-    return out + ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in body]
-
-
-def to_markdown(rows: list[dict[str, Any]], title: str | None = None) -> str:
-    """A GitHub-flavoured markdown table (right-aligned numbers), optionally under a heading."""
-    out = [f"## {title}", ""] if title else []
-    if not rows:
-        return "\n".join([*out, "_No verified entries yet._", ""])
-    return "\n".join(out + _md_table(COLUMNS, [cells(row) for row in rows])) + "\n"
-
-
-# --- publishing -------------------------------------------------------------------------------
 
 
 def select_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -315,7 +255,7 @@ def _check_destination(dest: Path) -> None:
     if ckpts.exists():
         ours = ckpts.is_dir() and all(
             p.is_dir() and _DIR_NAME.fullmatch(p.name)
-            and {c.name for c in p.iterdir()} <= set(CHECKPOINT_FILES)
+            and {c.name for c in p.iterdir()} <= {*CHECKPOINT_FILES, ENTRY_FILE}
             for p in ckpts.iterdir())
         if not ours:
             raise ArithsweepError(f"{ckpts} holds files arithsweep publish did not write; "
@@ -330,17 +270,31 @@ def _label(dest: Path) -> str:
     return (dest.name if rel.parts and rel.parts[0] == ".." else rel.as_posix()) or "."
 
 
+def _unrecorded(dest: Path, known: set[str]) -> list[str]:
+    """Published checkpoint folders in `dest` whose weights are none of `known` (sha256s)."""
+    ckpts = dest / CHECKPOINTS
+    if not ckpts.is_dir():
+        return []
+    return sorted(p.name for p in ckpts.iterdir() if p.is_dir() and (
+        not (p / CHECKPOINT_FILES[0]).is_file()
+        or sha256_file(p / CHECKPOINT_FILES[0]) not in known))
+
+
 def publish(
     board_rows: list[dict[str, Any]],
     dest_dir: str | Path,
     extra_sections: list[str] | None = None,
     searches_root: str | Path | None = "searches",
+    known: list[str] | None = None,
+    drop: bool = False,
 ) -> dict[str, Any]:
     """Write `dest_dir`/LEADERBOARD.md and `dest_dir`/checkpoints/ for `board_rows`, replacing a
     previous publication there (and only that: the database may live in the same folder).
     `extra_sections` (markdown strings) are appended to LEADERBOARD.md; an entry a search
     found names it, with its command and cost when `searches_root`/<name> is there (see
-    `provenance`). Returns a summary."""
+    `provenance`). A previously published checkpoint whose weights are not in `known` (every
+    sha256 the database holds; default: `board_rows`') stops the publication unless `drop`.
+    Returns a summary."""
     rows, seen = [], set()
     for row in board_rows:  # one folder per checkpoint, even if a caller lists one twice
         if row.get("sha256") not in seen:
@@ -357,9 +311,20 @@ def publish(
     stage: Path | None = None
     try:
         _check_destination(dest)
+        lost = _unrecorded(dest, {str(r.get("sha256")) for r in rows} | set(known or ()))
+        if lost and not drop:
+            more = f" and {len(lost) - 3} more" if len(lost) > 3 else ""
+            raise ArithsweepError(
+                f"{dest / CHECKPOINTS} holds {len(lost)} published entr"
+                f"{'y' if len(lost) == 1 else 'ies'} the database does not ({', '.join(lost[:3])}"
+                f"{more}); re-record {'it' if len(lost) == 1 else 'each'} first (arithsweep "
+                f"verify {dest / CHECKPOINTS}/{lost[0]} --record), or pass --drop to remove them")
         dest.parent.mkdir(parents=True, exist_ok=True)
         stage = Path(tempfile.mkdtemp(prefix=f".{dest.name}.publish-", dir=dest.parent))
         configs = [_copy_checkpoint(r, stage / CHECKPOINTS / n) for r, n in zip(rows, names)]
+        for r, n in zip(rows, names):  # read before the swap: it may fall back on the old one
+            (stage / CHECKPOINTS / n / ENTRY_FILE).write_text(json.dumps(
+                entry_record(r, search_lines(r, searches_root)), indent=2) + "\n")
         by_sha = {r.get("sha256"): c for r, c in zip(rows, configs)}
         sections = project_sections(rows, dest, lambda r: seeds_reached(r, by_sha[r["sha256"]]))
         text = leaderboard_markdown(rows, configs, _label(dest),
