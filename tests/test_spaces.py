@@ -419,7 +419,7 @@ def test_default_space_follows_the_task():
 
     assert [default_space(t) for t in ("add2", "add3", "mul2", "sort3", "sub3", "mix2", "add6",
                                        "add10", "ADD10")] == [
-        "tiny", "tiny", "mul", "sort", "quirke", "quirke", "adderboard", "adderboard",
+        "tiny", "microadder", "mul", "sort", "quirke", "quirke", "adderboard", "adderboard",
         "adderboard"]
     assert all(default_space(t) in SHIPPED for t in ("add3", "sort2", "sub3", "add10", "mul3"))
 
