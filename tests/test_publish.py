@@ -21,6 +21,7 @@ from test_report import make_report
 
 from arithsweep.core.errors import ArithsweepError
 from arithsweep.leaderboard import publish as pub
+from arithsweep.leaderboard import tables
 from arithsweep.leaderboard.board import open_db
 
 
@@ -57,16 +58,16 @@ def test_string_formats():
     rows = [{**make_report(sha256="1" * 64, exact_match=0.9999999).to_dict(), "rank": 1, "id": 1},
             {**make_report(sha256="2" * 64, task="add10", params=1234,
                            architecture="a|b").to_dict(), "rank": 1, "id": 2}]
-    md = pub.to_markdown(rows, title="Smallest verified models")
+    md = tables.to_markdown(rows, title="Smallest verified models")
     assert md.startswith("## Smallest verified models")
     assert "| rank | task | params | exact match | nines |" in md
     assert "| 1 | add3 | 777 | 99.9999% |" in md  # rounded down, never 100%
     assert "a\\|b" in md and "1,000" in md
-    assert "_No verified entries" in pub.to_markdown([])
-    parsed = list(csv.DictReader(io.StringIO(pub.to_csv(rows))))
+    assert "_No verified entries" in tables.to_markdown([])
+    parsed = list(csv.DictReader(io.StringIO(tables.to_csv(rows))))
     assert [r["params"] for r in parsed] == ["777", "1234"]
     assert json.loads(parsed[0]["model_config"]) == {"d_model": 7, "n_layers": 1}
-    assert json.loads(pub.to_json(rows)) == json.loads(json.dumps(rows))
+    assert json.loads(tables.to_json(rows)) == json.loads(json.dumps(rows))
     assert pub.percent(0.99) == "99.0000%" and pub.percent(None) == ""
 
 

@@ -156,7 +156,8 @@ def export(
         raise ArithsweepError("choose one of --adderboard FILE.py (with an ENTRY) or --markdown FILE.md")
     board = _open(db, create=False)
     if markdown is not None:
-        from arithsweep.leaderboard.publish import MARKDOWN, to_markdown
+        from arithsweep.leaderboard.publish import MARKDOWN
+        from arithsweep.leaderboard.tables import to_markdown
 
         if markdown.name == MARKDOWN and (markdown.parent / "checkpoints").is_dir():
             raise ArithsweepError(f"--markdown {markdown}: that is what `arithsweep publish` "

@@ -113,25 +113,33 @@ def frontier_labels(cfg) -> list[str]:
     return out
 
 
+def _rising_pairs(value: Any, kind: type, bad: ConfigError, field: str,
+                  ok: Any) -> list[list[Any]]:
+    """A non-empty list of [a, b] pairs of `kind` numbers (read as everywhere else: YAML's `2e3`
+    is text, JSON's a float), each pair passing `ok`, the first numbers strictly rising; `bad`
+    otherwise."""
+    if not isinstance(value, (list, tuple)) or not value:
+        raise bad
+    out: list[list[Any]] = []
+    for pair in value:
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise bad
+        try:
+            pair = [read_number(x, kind, field) for x in pair]
+        except ConfigError:
+            raise bad from None
+        if not ok(*pair) or (out and pair[0] <= out[-1][0]):
+            raise bad
+        out.append(pair)
+    return out
+
+
 def check_stages(value: Any) -> list[list[int]]:
     """Validate a curriculum [[until_step, max_digits], ...]: whole numbers, steps rising."""
     bad = ConfigError(f"train config: curriculum={value!r}: must be a list of [until_step, "
                       f"max_digits] pairs of whole numbers >= 1 with rising steps, e.g. "
                       f"[[2000, 3], [7000, 6]]")
-    if not isinstance(value, (list, tuple)) or not value:
-        raise bad
-    out: list[list[int]] = []
-    for pair in value:
-        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
-            raise bad
-        try:  # the one reading of numbers: YAML's `2e3` is text, JSON's a float
-            pair = [read_number(x, int, "curriculum") for x in pair]
-        except ConfigError:
-            raise bad from None
-        if min(pair) < 1 or (out and pair[0] <= out[-1][0]):
-            raise bad
-        out.append(pair)
-    return out
+    return _rising_pairs(value, int, bad, "curriculum", lambda step, digits: min(step, digits) >= 1)
 
 
 def check_wd_drops(value: Any) -> list[list[float]]:
@@ -140,20 +148,8 @@ def check_wd_drops(value: Any) -> list[list[float]]:
     bad = ConfigError(f"train config: wd_drops={value!r}: must be a list of [exact_match, "
                       f"factor] pairs, exact match in (0, 1] rising, factor in [0, 1], e.g. "
                       f"[[0.02, 0.1], [0.2, 0.01]]")
-    if not isinstance(value, (list, tuple)) or not value:
-        raise bad
-    out: list[list[float]] = []
-    for pair in value:
-        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
-            raise bad
-        try:
-            at, factor = (read_number(x, float, "wd_drops") for x in pair)
-        except ConfigError:
-            raise bad from None
-        if not (0 < at <= 1 and 0 <= factor <= 1) or (out and at <= out[-1][0]):
-            raise bad
-        out.append([float(at), float(factor)])
-    return out
+    return [[float(at), float(f)] for at, f in _rising_pairs(
+        value, float, bad, "wd_drops", lambda at, f: 0 < at <= 1 and 0 <= f <= 1)]
 
 
 _PHASE_KEYS = {"steps": int, "lr": float, "schedule": str, "min_lr_ratio": float,

@@ -1,7 +1,6 @@
 """The leaderboard's output formats, and `publish`: LEADERBOARD.md plus the checkpoints it lists.
 
-The string formats (`to_json`, `to_csv`, `to_markdown`) live in `tables` and are importable
-from here too.
+The string formats (`to_json`, `to_csv`, `to_markdown`) live in `tables`.
 `publish(rows, "leaderboard")` writes the folder a project commits to show its results:
 
     leaderboard/LEADERBOARD.md                          generated; one table, per entry the
@@ -25,7 +24,7 @@ fast `arithsweep leaderboard` path imports this module.
 
     arithsweep publish --dir leaderboard
     python -c "from arithsweep.leaderboard.board import open_db; \\
-        from arithsweep.leaderboard.publish import to_markdown; \\
+        from arithsweep.leaderboard.tables import to_markdown; \\
         print(to_markdown(open_db(create=False).query()))"
 """
 
@@ -46,17 +45,7 @@ from arithsweep.core.evaluation.stats import class_health, percent
 from arithsweep.core.hashing import sha256_file
 from arithsweep.leaderboard.projects import project_sections
 from arithsweep.leaderboard.provenance import ENTRY_FILE, entry_record, search_lines
-from arithsweep.leaderboard.tables import (  # noqa: F401  (re-exported: pub.to_markdown ...)
-    COLUMNS,
-    CSV_FIELDS,
-    RIGHT_ALIGNED,
-    _count,
-    _md_table,
-    cells,
-    to_csv,
-    to_json,
-    to_markdown,
-)
+from arithsweep.leaderboard.tables import _count, _md_table
 
 MARKDOWN = "LEADERBOARD.md"
 CHECKPOINTS = "checkpoints"
@@ -189,10 +178,11 @@ def leaderboard_markdown(
     configs: list[dict[str, Any]],
     dest_label: str,
     extra_sections: list[str] | None = None,
-    searches_root: str | Path | None = None,
+    provenance: list[list[str]] | None = None,
 ) -> str:
     """LEADERBOARD.md for `rows` published under `dest_label` (the --dir as given, which is
-    where the commands expect the checkpoints); `configs` are their config.json contents."""
+    where the commands expect the checkpoints); `configs` are their config.json contents,
+    `provenance` each row's `search_lines` (none when not given)."""
     sizes = [r.get("suite_size") or r.get("n_problems") or 0 for r in rows]
     suites = ", ".join(sorted({str(r.get("suite")) for r in rows}))
     span = f"{min(sizes):,}" if min(sizes) == max(sizes) else f"{min(sizes):,} to {max(sizes):,}"
@@ -219,7 +209,7 @@ def leaderboard_markdown(
                      _count(row.get("n_problems")), str(row.get("architecture") or ""),
                      seeds_reached(row, config), f"[{name}]({CHECKPOINTS}/{name}/)"])
     out += _md_table(PUBLISHED_COLUMNS, body)
-    for row in rows:
+    for row, found in zip(rows, provenance or [[]] * len(rows)):
         name = checkpoint_dir_name(row)
         folder = f"{dest_label}/{CHECKPOINTS}/{name}"
         out += [
@@ -229,7 +219,7 @@ def leaderboard_markdown(
             f"suite {row.get('suite')}, target {row.get('target')}), verified "
             f"{str(row.get('verified_at') or row.get('created_at') or '')[:10]}; weights "
             f"sha256 `{row.get('sha256')}`.", *_worst_line(row),
-            *search_lines(row, searches_root),
+            *found,
             "", "Retrain it:", "", "```sh",
             published_reproduce(row, f"{folder}/config.json"), "```",
             "", "Re-verify the published weights:", "", "```sh",
@@ -322,13 +312,15 @@ def publish(
         dest.parent.mkdir(parents=True, exist_ok=True)
         stage = Path(tempfile.mkdtemp(prefix=f".{dest.name}.publish-", dir=dest.parent))
         configs = [_copy_checkpoint(r, stage / CHECKPOINTS / n) for r, n in zip(rows, names)]
-        for r, n in zip(rows, names):  # read before the swap: it may fall back on the old one
-            (stage / CHECKPOINTS / n / ENTRY_FILE).write_text(json.dumps(
-                entry_record(r, search_lines(r, searches_root)), indent=2) + "\n")
+        # read before the swap: without its search folder a row falls back on its old entry.json
+        found = [search_lines(r, searches_root) for r in rows]
+        for r, n, lines in zip(rows, names, found):
+            (stage / CHECKPOINTS / n / ENTRY_FILE).write_text(
+                json.dumps(entry_record(r, lines), indent=2) + "\n")
         by_sha = {r.get("sha256"): c for r, c in zip(rows, configs)}
         sections = project_sections(rows, dest, lambda r: seeds_reached(r, by_sha[r["sha256"]]))
         text = leaderboard_markdown(rows, configs, _label(dest),
-                                    sections + list(extra_sections or []), searches_root)
+                                    sections + list(extra_sections or []), found)
         (stage / MARKDOWN).write_text(text, encoding="utf-8")
         dest.mkdir(exist_ok=True)
         _swap_in(stage, dest)
