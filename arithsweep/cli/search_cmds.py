@@ -135,6 +135,14 @@ def _print_summary(s) -> None:
                   f"{vem:.6f}" if isinstance(vem, float) else "-", str(v.get("entry_id") or "-"),
                   str(r.get("architecture") or ""))
     out.print(t)
+    if s.replayed:
+        out.print(f"trained again first, from their own seeds: {', '.join(s.replayed)} (near "
+                  f"misses the previous run's deadline cut)")
+    if s.cut_near_misses:
+        cut = ", ".join(f"{c['trial_id']} ({c['params']} p at {c['best_em']:.4f})"
+                        for c in s.cut_near_misses)
+        out.print(f"[yellow]cut by the deadline near the target[/]: {cut}; `arithsweep search "
+                  f"--resume {s.name} --time-budget ...` trains them again first")
     above = ", ".join(s.trained_above_incumbent) or "none"
     total = (f" ({s.total_wall_time:.0f}s in all its runs)"
              if s.total_wall_time > s.wall_time + 0.5 else "")

@@ -134,11 +134,14 @@ def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = N
             trials=opts.trials, deadline=deadline, on_update=on_update, verifier=verifier,
             max_params=opts.max_params, frontier=opts.frontier, verified=verified,
             incumbent=incumbent.incumbent_of(verified)))
+        before = _read_json(sdir / "summary.json") if opts.resume else {}
         try:
+            replayed = _requeue_cut(stored, opts, name, optuna_url, target, before, state)
             results = _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri,
                            experiment_id, parent_run)
             summary = _finish(opts, name, sdir, task, target, results, mlflow_uri,
                               experiment_id, optuna_url, state)
+            summary.replayed = replayed
             from arithsweep.search.searcher import retire_waiting
 
             retire_waiting(name, optuna_url)
@@ -151,7 +154,6 @@ def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = N
             if started:
                 ray.shutdown()
     summary.wall_time = round(time.time() - t0, 2)
-    before = _read_json(sdir / "summary.json") if opts.resume else {}
     summary.total_wall_time = round(summary.wall_time + float(
         before.get("total_wall_time") or before.get("wall_time") or 0.0), 2)
     _write_json(sdir / "summary.json", summary.to_dict())
@@ -338,10 +340,23 @@ def _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri, experime
     return tuner.fit()
 
 
+def _requeue_cut(stored, opts, name, optuna_url, target, before, state) -> list[str]:
+    """On a resume: the near misses the last run's deadline cut are trained again first, from
+    their own seeds (arithsweep.search.replay); returns their trial ids."""
+    if not opts.resume or not before.get("trials"):
+        return []
+    from arithsweep.search import replay
+
+    near = float((stored.get("options") or {}).get("near_miss", opts.near_miss))
+    cut = replay.cut_near_misses(before["trials"], target, near, state.incumbent)
+    return replay.requeue(name, optuna_url, cut)
+
+
 def _finish(opts, name, sdir, task, target, results, mlflow_uri, experiment_id, optuna_url,
             state) -> SearchSummary:
     from arithsweep.search import incumbent, searcher, tracking
     from arithsweep.search.plots import frontier, plot_params_vs_em
+    from arithsweep.search.replay import cut_near_misses
     from arithsweep.search.results import architecture_rates, close_unreported, trial_rows
 
     rows = trial_rows(results, target, state.stop_reasons)
@@ -385,6 +400,7 @@ def _finish(opts, name, sdir, task, target, results, mlflow_uri, experiment_id, 
         skipped=state.skipped, incumbent=state.incumbent,
         trained_above_incumbent=sorted(state.trained_above),
         architectures=architecture_rates(rows), trials=rows,
+        cut_near_misses=cut_near_misses(rows, target, opts.near_miss, state.incumbent),
         cpu_hours=round(opts.cpus_per_trial * sum(
             float((r.metrics or {}).get("time_total_s") or 0.0) for r in results) / 3600, 4),
         n_tune_trials=len({r["tune_trial_id"] for r in rows}),

@@ -147,6 +147,10 @@ class SearchSummary:
     cpu_hours: float = 0.0
     n_tune_trials: int = 0  # Ray Tune trials (packs); n_trials counts proposals
     largest_pack: int = 1  # most proposals one Tune trial trained together
+    # near misses this run's deadline cut, below the incumbent: `--resume` trains them again
+    # first (arithsweep.search.replay); `replayed`: the trial ids this run trained again
+    cut_near_misses: list[dict] = field(default_factory=list)
+    replayed: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

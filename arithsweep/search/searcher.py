@@ -40,6 +40,7 @@ from ray.tune.search.optuna import OptunaSearch
 
 from arithsweep.search import packs, run_settings
 from arithsweep.search.packs import PROPOSALS, TRIAL_NUMBER
+from arithsweep.search.trial import SEEDS_OF
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,13 @@ CONSTRAINT = "exact_match"  # Optuna constraint name: target - best_em, feasible
 # without it the dashboard's best-value line counts infeasible trials as the best
 LIST_CONSTRAINTS = "constraints"
 MAX_SKIPS = 200  # proposals in a row above the bound before the space counts as exhausted
+
+
+def _numbers(ot_trial: optuna.Trial) -> dict[str, int]:
+    """The config keys naming a proposal's Optuna trial and, for a replay of a proposal the
+    deadline cut (arithsweep.search.replay), the trial whose seeds it trains."""
+    seeds_of = ot_trial.user_attrs.get(SEEDS_OF)
+    return {TRIAL_NUMBER: ot_trial.number, **({} if seeds_of is None else {SEEDS_OF: seeds_of})}
 
 
 class ConstrainedOptunaSearch(OptunaSearch):
@@ -111,7 +119,7 @@ class ConstrainedOptunaSearch(OptunaSearch):
             ot_trial.set_user_attr("params", params)
             # The study-wide trial number lets the trainable give every trial its own seeds,
             # so a configuration TPE proposes twice is a new sample, not a rerun.
-            return {**config, TRIAL_NUMBER: ot_trial.number}
+            return {**config, **_numbers(ot_trial)}
         log.warning("search %s: %d proposals in a row were at or above the bound; stopping",
                     self._name, MAX_SKIPS)
         return Searcher.FINISHED
@@ -179,9 +187,9 @@ class ConstrainedOptunaSearch(OptunaSearch):
                     t.set_user_attr("pack_index", j)
             if len(members) == 1:
                 self._ot_trials[trial_id] = ot_trial  # the single-proposal path from here on
-                return {**config, TRIAL_NUMBER: ot_trial.number}
+                return {**config, **_numbers(ot_trial)}
             self._packs[trial_id] = [t for t, _ in members]
-            items = [{**c, TRIAL_NUMBER: t.number} for t, c in members]
+            items = [{**c, **_numbers(t)} for t, c in members]
             # the top level repeats the first proposal, so shape-only readers need no change
             return {**items[0], PROPOSALS: items}
         log.warning("search %s: %d proposals in a row were at or above the bound; stopping",

@@ -21,6 +21,9 @@ CONST_KEY = "arithsweep"  # param_space key holding the search's constants (task
 # Every Optuna trial n trains seeds from its own block [seed + n*SEED_BLOCK, +SEED_BLOCK), so
 # no two trials share a seed however many seeds and rounds each one trains.
 SEED_BLOCK = 1 << 20
+# A replay of a proposal the search deadline cut (arithsweep.search.replay) trains the seed
+# block of the trial it replays, named by this config key, instead of its own
+SEEDS_OF = "seeds_of"
 
 
 @dataclass
@@ -76,7 +79,8 @@ def build_trial(config: dict[str, Any]) -> TrialSetup:
         if const.get(key):
             train[key] = const[key]
     if "seed" not in train:
-        train["seed"] = seed_block(const, int(config.get("trial_number", 0)))
+        block = config.get(SEEDS_OF, config.get("trial_number", 0))
+        train["seed"] = seed_block(const, int(block))
     train_cfg = TrainConfig.from_dict(train)
     if train_cfg.seeds * (1 + int(const.get("extra_rounds", 0) or 0)) * 2 > SEED_BLOCK:
         raise ConfigError(f"train.seeds={train_cfg.seeds}: too many seeds for one trial")

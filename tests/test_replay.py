@@ -1,0 +1,76 @@
+"""Near misses the search deadline cut are trained again first on `--resume`, from their own
+seeds (real Optuna on SQLite; arithsweep.search.replay)."""
+
+from __future__ import annotations
+
+from arithsweep.search import run_settings
+from arithsweep.search.replay import REPLAY_OF, cut_near_misses, requeue
+from arithsweep.search.searcher import ConstrainedOptunaSearch
+from arithsweep.search.spaces import load_space
+from arithsweep.search.trial import SEEDS_OF, ProposalSizer, build_trial, seed_block
+
+
+def _row(tid, params, best, reason="search deadline", number=0, **extra):
+    return {"trial_id": tid, "params": params, "best_em": best, "stop_reason": reason,
+            "errored": False, "feasible": best >= 0.99,
+            "config": {"trial_number": number, **extra}}
+
+
+def test_only_deadline_cut_near_misses_below_the_incumbent_are_picked_best_first():
+    rows = [_row("cut", 51, 0.981, number=6),
+            _row("cut-low", 53, 0.90, number=7),
+            _row("far", 50, 0.30, number=8),  # not near: 0.99 - 0.30 > 0.25
+            _row("plateau", 49, 0.98, reason="plateau", number=9),  # stopped on its own curve
+            _row("big", 57, 0.985, number=10),  # as large as the incumbent: the bound skips it
+            _row("done", 45, 0.995, number=11),  # reached the target: verified, not replayed
+            _row("again", 52, 0.95, number=12, **{SEEDS_OF: 3})]  # a replay cut once more
+    cut = cut_near_misses(rows, target=0.99, near_miss=0.25, incumbent=57)
+    assert [c["trial_id"] for c in cut] == ["cut", "again", "cut-low"]
+    assert [c[SEEDS_OF] for c in cut] == [6, 3, 7]  # a replay keeps the first trial's seeds
+    no_incumbent = cut_near_misses(rows, 0.99, 0.25, None)
+    assert [c["trial_id"] for c in no_incumbent] == ["big", "cut", "again", "cut-low"]
+    errored = [{**rows[0], "errored": True}]
+    assert cut_near_misses(errored, 0.99, 0.25, None) == []
+
+
+def test_a_resumed_search_trains_a_cut_near_miss_first_with_the_cut_trials_seeds(tmp_path):
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    const = {"task": "add3", "target": 0.99, "seed": 4}
+
+    def searcher() -> ConstrainedOptunaSearch:
+        return ConstrainedOptunaSearch(load_space("tiny").ray_define_by_run(), target=0.99,
+                                       study_name="s", storage_url=url,
+                                       sizer=ProposalSizer(const), seed=0)
+
+    run_settings.register("s", run_settings.DriverState(trials=9, deadline=None))
+    try:
+        first = searcher()
+        configs = {tid: first.suggest(tid) for tid in ("a", "b")}
+        first.save(str(tmp_path / "searcher.pkl"))
+    finally:
+        run_settings.unregister("s")
+    number = configs["b"]["trial_number"]
+    rows = [_row("b", 100, 0.97, number=number)]
+
+    assert requeue("s", url, cut_near_misses(rows, 0.99, 0.25, None)) == ["b"]
+    assert requeue("s", url, cut_near_misses(rows, 0.99, 0.25, None)) == []  # once only
+
+    run_settings.register("s", run_settings.DriverState(trials=9, deadline=None))
+    try:
+        resumed = searcher()
+        resumed.restore(str(tmp_path / "searcher.pkl"))
+        again = resumed.suggest("c")
+        fresh = resumed.suggest("d")
+    finally:
+        run_settings.unregister("s")
+    space_keys = [k for k in configs["b"] if k != "trial_number"]
+    assert {k: again[k] for k in space_keys} == {k: configs["b"][k] for k in space_keys}
+    assert again[SEEDS_OF] == number and again["trial_number"] > number
+    assert SEEDS_OF not in fresh
+    assert resumed._ot_trials["c"].user_attrs[REPLAY_OF] == number
+
+    def seed(config):
+        return build_trial({**config, "arithsweep": const}).train_cfg.seed
+
+    assert seed(again) == seed(configs["b"]) == seed_block(const, number)
+    assert seed(fresh) == seed_block(const, fresh["trial_number"]) != seed(again)
