@@ -74,3 +74,48 @@ def test_a_resumed_search_trains_a_cut_near_miss_first_with_the_cut_trials_seeds
 
     assert seed(again) == seed(configs["b"]) == seed_block(const, number)
     assert seed(fresh) == seed_block(const, fresh["trial_number"]) != seed(again)
+
+
+def test_a_trial_the_user_interrupted_is_not_called_cut_by_the_deadline():
+    """Ctrl-C leaves a trial unfinished (a resume restarts it with its own seeds): it is not a
+    deadline cut, so it is not replayed a second time."""
+    from arithsweep.search.run_settings import DEADLINE, INTERRUPTED, ended_because
+
+    for name, deadline, reason in (("late", 0.0, DEADLINE), ("ctrl-c", None, INTERRUPTED)):
+        run_settings.register(name, run_settings.DriverState(trials=1, deadline=deadline))
+        try:
+            assert ended_because(name) == reason
+        finally:
+            run_settings.unregister(name)
+    rows = [_row("stopped", 51, 0.98, reason=INTERRUPTED, number=6)]
+    assert cut_near_misses(rows, 0.99, 0.25, None) == []
+
+
+def test_a_resume_after_the_deadline_starts_trials_again(tmp_path):
+    """The deadline leaves the concurrency limiter's saved live set full of trials Tune has
+    ended for good; restored as saved, the resumed search never suggested anything (it sat
+    idle until its own deadline). They leave the live set, and the limit is the new run's."""
+    from ray.tune.search import ConcurrencyLimiter
+
+    from arithsweep.search.searcher import BudgetedSearchGenerator
+
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    inner = ConstrainedOptunaSearch(load_space("tiny").ray_define_by_run(), target=0.99,
+                                    study_name="d", storage_url=url,
+                                    sizer=ProposalSizer({"task": "add3"}), seed=0)
+    gen = BudgetedSearchGenerator(inner, "d", max_concurrent=2)
+    limiter = gen.searcher
+    assert isinstance(limiter, ConcurrencyLimiter)
+    saved = {"counter": 8, "total_samples": 20, "finished": True, "experiment": None}
+    run_settings.register("d", run_settings.DriverState(
+        trials=30, deadline=None, ended_trials={"cut1", "cut2"}, concurrency=1))
+    try:
+        limiter.set_state({**limiter.get_state(), "live_trials": {"cut1", "cut2"},
+                           "num_unfinished_live_trials": 2})
+        gen.set_state(saved)
+        assert limiter.live_trials == set() and limiter.max_concurrent == 1
+        assert gen._total_samples == 30 and not gen._finished
+        assert isinstance(limiter.suggest("new"), dict)
+        assert limiter.suggest("another") is None  # -j 1 on the resume: one at a time
+    finally:
+        run_settings.unregister("d")

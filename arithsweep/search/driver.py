@@ -301,6 +301,10 @@ def _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri, experime
     exp_dir = sdir / TUNE_DIR
 
     if opts.resume and tune.Tuner.can_restore(str(exp_dir)):
+        state = run_settings.state_of(name)
+        state.concurrency = concurrency
+        state.ended_trials = {t.trial_id for t in tune.ExperimentAnalysis(str(exp_dir)).trials
+                              if t.status in ("TERMINATED", "ERROR")}
         # Finished trials stay; unfinished ones continue; errored ones stay errored (Optuna
         # has already been told FAIL, re-running them would be a second, untold attempt).
         return tune.Tuner.restore(str(exp_dir), trainable=trainable, resume_unfinished=True,
@@ -358,8 +362,9 @@ def _finish(opts, name, sdir, task, target, results, mlflow_uri, experiment_id, 
     from arithsweep.search.plots import frontier, plot_params_vs_em
     from arithsweep.search.replay import cut_near_misses
     from arithsweep.search.results import architecture_rates, close_unreported, trial_rows
+    from arithsweep.search.run_settings import ended_because
 
-    rows = trial_rows(results, target, state.stop_reasons)
+    rows = trial_rows(results, target, state.stop_reasons, ended_because(name))
     runs = tracking.mlflow_trial_runs(mlflow_uri, experiment_id, name)
     for r in rows:
         r["mlflow_run_id"] = runs.get(r["trial_id"])

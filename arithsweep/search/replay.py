@@ -22,9 +22,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from arithsweep.search.run_settings import DEADLINE
 from arithsweep.search.trial import SEEDS_OF
 
-DEADLINE = "search deadline"  # results._stop_reason's word for a trial the deadline stopped
+# (a trial the user's Ctrl-C stopped is "search interrupted": Tune keeps it unfinished and
+# the resumed experiment restarts it with its own config, seeds included)
 REPLAY_OF = "replay_of"  # Optuna user attribute: the trial number a replay trains again
 
 

@@ -18,10 +18,12 @@ from arithsweep.search import packs, tracking
 from arithsweep.search.trial import CONST_KEY
 
 
-def trial_rows(results: Any, target: float,
-               stop_reasons: dict[str, str] | None = None) -> list[dict[str, Any]]:
+def trial_rows(results: Any, target: float, stop_reasons: dict[str, str] | None = None,
+               ended: str = "search deadline") -> list[dict[str, Any]]:
     """Driver side: what each trial reported, read back from Tune's ResultGrid as plain dicts
-    (the last result carries the trial's running best_em; the kept checkpoint is its best)."""
+    (the last result carries the trial's running best_em; the kept checkpoint is its best).
+    `ended`: the stop reason of a trial that neither stopped itself nor was stopped by the
+    driver (run_settings.ended_because)."""
     rows = []
     for r in results:
         errored, config = r.error is not None, r.config or {}
@@ -48,18 +50,20 @@ def trial_rows(results: Any, target: float,
                 "checkpoint": ckpt, "path": r.path,
                 "config": {k: v for k, v in item.items() if k not in (CONST_KEY, packs.PROPOSALS)},
                 "architecture": arch,
-                "stop_reason": _stop_reason(m, errored, (stop_reasons or {}).get(tune_id)),
+                "stop_reason": _stop_reason(m, errored, (stop_reasons or {}).get(tune_id), ended),
                 "rounds": int(m.get("rounds", 1) or 1),
                 "seeds_trained": int(m.get("seeds_trained", 0) or 0),
                 "seeds_reached": int(m.get("seeds_reached", 0) or 0)})
     return rows
 
 
-def _stop_reason(m: dict[str, Any], errored: bool, driver_reason: str | None) -> str:
-    """Why a trial ended: its own last report, else the driver's stopper, else the deadline."""
+def _stop_reason(m: dict[str, Any], errored: bool, driver_reason: str | None,
+                 ended: str) -> str:
+    """Why a trial ended: its own last report, else the driver's stopper, else the search's
+    end (its deadline, or the user)."""
     if errored:
         return "error"
-    return m.get("stop_reason") or driver_reason or "search deadline"
+    return m.get("stop_reason") or driver_reason or ended
 
 
 def _architecture(config: dict[str, Any]) -> str:

@@ -53,6 +53,10 @@ class DriverState:
     # proposal id -> (study, Optuna trial, params, violation): reached the target held-out, told to
     # Optuna once verified (arithsweep.search.searcher.tell_verified)
     awaiting: dict[str, tuple] = field(default_factory=dict)
+    # On a resume: the Tune trials the last run ended for good (TERMINATED or ERROR: the
+    # deadline, the incumbent, an error), which Tune never restarts, and the concurrency now
+    ended_trials: set[str] = field(default_factory=set)
+    concurrency: int = 0
 
     def note_start(self, trial_id: str, params: int) -> None:
         if self.incumbent is not None and not self.frontier and params >= self.incumbent:
@@ -85,6 +89,17 @@ def state_of(name: str) -> DriverState | None:
 def past_deadline(name: str) -> bool:
     s = _DRIVER.get(name)
     return s is not None and s.deadline is not None and time.time() >= s.deadline
+
+
+DEADLINE = "search deadline"
+INTERRUPTED = "search interrupted"
+
+
+def ended_because(name: str) -> str:
+    """Why a trial that did not stop itself ended: the search's deadline (Tune then marks it
+    TERMINATED: a resume replays it only as a near miss, see arithsweep.search.replay), else
+    the user (Ctrl-C: Tune keeps it unfinished and a resume restarts it)."""
+    return DEADLINE if past_deadline(name) else INTERRUPTED
 
 
 def emit(name: str, event: dict[str, Any]) -> None:

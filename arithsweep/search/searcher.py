@@ -357,7 +357,8 @@ class BudgetedSearchGenerator(SearchGenerator):
     more trials than the first launch asked for; here `set_state` re-reads the count that the
     current `run_search` call registered, which is what makes `resume` with more trials work.
     The concurrency limit is applied here (ConcurrencyLimiter) instead of via
-    `TuneConfig.max_concurrent_trials`, which Tune ignores for a ready-made SearchGenerator.
+    `TuneConfig.max_concurrent_trials`, which Tune ignores for a ready-made SearchGenerator;
+    on a resume it is the resuming run's, and the trials the last run ended for good leave it.
     """
 
     def __init__(self, searcher: ConstrainedOptunaSearch, name: str, max_concurrent: int):
@@ -370,6 +371,14 @@ class BudgetedSearchGenerator(SearchGenerator):
         if s is not None:
             self._total_samples = int(s.trials)
             self._finished = False
+            # The limiter saved the trials live when the last run stopped. Those Tune ended for
+            # good (the deadline stops every trial) never complete again: left in, they fill
+            # the limit and the resumed search starts nothing. The limit is this run's.
+            limiter = self.searcher
+            limiter.live_trials = set(limiter.live_trials) - set(s.ended_trials)
+            limiter.num_unfinished_live_trials = len(limiter.live_trials)
+            if s.concurrency:
+                limiter.max_concurrent = int(s.concurrency)
 
     def is_finished(self) -> bool:
         return super().is_finished() or run_settings.past_deadline(self._name)

@@ -156,7 +156,8 @@ class MlflowTrialCallback(tune.Callback):
             self.client.set_tag(run_id, "arithsweep.feasible",
                                 str(status == "FINISHED" and best_em >= self._target).lower())
             reason = ("error" if status == "FAILED"
-                      else last.get("stop_reason") or driver_reason or "search deadline")
+                      else last.get("stop_reason") or driver_reason
+                      or run_settings.ended_because(self._name))
             self.client.set_tag(run_id, "arithsweep.stop_reason", str(reason))
             for k in ("seeds_reached", "seeds_trained"):
                 if isinstance(last.get(k), (int, float)):
