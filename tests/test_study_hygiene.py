@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import optuna
 
-from arithsweep.search.searcher import ConstrainedOptunaSearch, retire_waiting
+from arithsweep.search.results import retire_waiting
+from arithsweep.search.searcher import ConstrainedOptunaSearch
 from arithsweep.search.spaces import load_space
 from arithsweep.search.trial import ProposalSizer
 

@@ -26,14 +26,9 @@ incumbent (`verified.json`).
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
 import os
 import shutil
-import socket
-import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -42,9 +37,9 @@ from typing import Any
 
 from arithsweep import __version__
 from arithsweep.core.errors import ArithsweepError, ConfigError
+from arithsweep.search import cluster
 from arithsweep.search.options import SearchOptions, SearchSummary
 
-_PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the arithsweep package
 TUNE_DIR = "tune"  # the Tune experiment's name inside the search directory
 
 
@@ -112,18 +107,20 @@ def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = N
              "time_budget": opts.time_budget, "trials": opts.trials})
         _write_json(sdir / "search.json", stored)
 
-    with _quiet_logs():
+    with cluster.quiet_logs():
         import ray
 
-        from arithsweep.search import incumbent, run_settings, tracking
+        from arithsweep.search import incumbent, replay, run_settings, tracking
+        from arithsweep.search.results import retire_waiting
 
         try:
             try:
                 experiment_id, parent_run = tracking.mlflow_setup(
                     mlflow_uri, root, task, name, space.name, target, bool(opts.resume))
             except Exception as exc:  # unreachable server, bad URI, locked file
-                raise ArithsweepError(f"MLflow at {mlflow_uri}: {_first_line(exc)}") from None
-            started = _ray_up(opts)
+                raise ArithsweepError(
+                    f"MLflow at {mlflow_uri}: {cluster.first_line(exc)}") from None
+            started = cluster.ray_up(opts)
         except BaseException:
             if fresh:  # nothing ran: the name stays free for the corrected command
                 shutil.rmtree(sdir, ignore_errors=True)
@@ -136,14 +133,12 @@ def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = N
             incumbent=incumbent.incumbent_of(verified)))
         before = _read_json(sdir / "summary.json") if opts.resume else {}
         try:
-            replayed = _requeue_cut(stored, opts, name, optuna_url, target, before, state)
+            replayed = replay.requeue_cut(stored, opts, optuna_url, target, before, state)
             results = _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri,
                            experiment_id, parent_run)
             summary = _finish(opts, name, sdir, task, target, results, mlflow_uri,
                               experiment_id, optuna_url, state)
             summary.replayed = replayed
-            from arithsweep.search.searcher import retire_waiting
-
             retire_waiting(name, optuna_url)
         except BaseException:
             # Killed or broken: the parent run says so; `resume` continues where Tune saved.
@@ -159,30 +154,6 @@ def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = N
     _write_json(sdir / "summary.json", summary.to_dict())
     tracking.mlflow_close(mlflow_uri, parent_run, summary, sdir)
     return summary
-
-
-@contextlib.contextmanager
-def _quiet_logs():
-    """Hold Ray, Tune, Optuna and MLflow console logs back during a search, then restore the
-    levels. The CLI draws its own live table, and a crashed trial shows there, in summary.json
-    and in MLflow (traceback in the trial's error.txt), so Tune's ERROR tracebacks are held too.
-    """
-    import mlflow  # noqa: F401 - both set their logger levels on import: import them first
-    import optuna  # noqa: F401
-
-    w, c = logging.WARNING, logging.CRITICAL
-    levels = {"ray": w, "ray.tune": c, "ray.train": c, "optuna": w, "mlflow": w, "alembic": w}
-    saved = {n: logging.getLogger(n).level for n in levels}
-    for n, level in levels.items():
-        logging.getLogger(n).setLevel(level)
-    # Tune warns every few seconds about the (cheap, local) snapshots forced by num_to_keep.
-    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0: no status tables
-    try:
-        yield
-    finally:
-        for n, level in saved.items():
-            logging.getLogger(n).setLevel(level)
 
 
 def _stored_options(sdir: Path, opts: SearchOptions) -> dict[str, Any]:
@@ -211,81 +182,13 @@ def _stored_options(sdir: Path, opts: SearchOptions) -> dict[str, Any]:
     return stored
 
 
-def _ray_up(opts: SearchOptions) -> bool:
-    """Start or join Ray unless the caller already did; True when we must shut it down."""
-    import ray
-
-    if ray.is_initialized():
-        return False
-    _check_reachable(opts.address)
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # the same choice for MLflow
-    # Workers import arithsweep by name (the trainable and callbacks are pickled by reference).
-    path = [str(_PACKAGE_DIR.parent), os.environ.get("PYTHONPATH", "")]
-    env = {"PYTHONPATH": os.pathsep.join(p for p in path if p)}
-    try:
-        with _native_stderr_held():
-            if opts.address is None:
-                ray.init(address="local", num_cpus=opts.num_cpus or os.cpu_count(),
-                         include_dashboard=False, log_to_driver=False,
-                         logging_level=logging.WARNING, runtime_env={"env_vars": env})
-            else:
-                # A cluster's workers may not have this checkout: ship the package with the job
-                ray.init(address=opts.address, log_to_driver=False,
-                         logging_level=logging.WARNING,
-                         runtime_env={"py_modules": [str(_PACKAGE_DIR)]})
-    except (ConnectionError, ValueError, RuntimeError) as exc:
-        raise ArithsweepError(f"cannot start or join Ray at {opts.address or 'local'}: "
-                              f"{_first_line(exc)}") from None
-    return True
-
-
-
-def _check_reachable(address: str | None, timeout: float = 5.0) -> None:
-    """Refuse a HOST:PORT (or ray://HOST:PORT) where nothing listens, at once: Ray itself
-    retries a refused local port for minutes before it gives up. None and 'auto' pass."""
-    if address is None or address == "auto":
-        return
-    host, sep, port = address.removeprefix("ray://").rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise ArithsweepError(f"--address {address!r}: expected HOST:PORT, ray://HOST:PORT "
-                              "or auto")
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
-    except OSError as exc:
-        raise ArithsweepError(f"cannot join Ray at {address}: nothing answers there "
-                              f"({exc.strerror or exc})") from None
-
-
-@contextlib.contextmanager
-def _native_stderr_held():
-    """Hold what is written to file descriptor 2 while Ray starts or joins, and replay it only
-    if that worked: Ray's C++ client logs a line a second (about 20) while it fails to reach
-    an address, and a user's mistyped --address should read as our one error line."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as held:
-        os.dup2(held.fileno(), 2)
-        ok = False
-        try:
-            yield
-            ok = True
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            if ok:
-                held.seek(0)
-                sys.stderr.write(held.read().decode(errors="replace"))
-
-
 def _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri, experiment_id,
          parent_run):
     import ray
     from ray import tune
     from ray.tune.stopper import CombinedStopper
 
-    from arithsweep.search import incumbent, live, run_settings, searcher, tracking
+    from arithsweep.search import incumbent, live, replay, run_settings, searcher, tracking
     from arithsweep.search.options import resources_per_trial
     from arithsweep.search.packs import PackKeyer
     from arithsweep.search.trainable import run_trial
@@ -303,8 +206,7 @@ def _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri, experime
     if opts.resume and tune.Tuner.can_restore(str(exp_dir)):
         state = run_settings.state_of(name)
         state.concurrency = concurrency
-        state.ended_trials = {t.trial_id for t in tune.ExperimentAnalysis(str(exp_dir)).trials
-                              if t.status in ("TERMINATED", "ERROR")}
+        state.ended_trials = replay.ended_trials(exp_dir)
         # Finished trials stay; unfinished ones continue; errored ones stay errored (Optuna
         # has already been told FAIL, re-running them would be a second, untold attempt).
         return tune.Tuner.restore(str(exp_dir), trainable=trainable, resume_unfinished=True,
@@ -342,18 +244,6 @@ def _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri, experime
                 checkpoint_score_order="max"),
             callbacks=callbacks, verbose=0, log_to_file=False))
     return tuner.fit()
-
-
-def _requeue_cut(stored, opts, name, optuna_url, target, before, state) -> list[str]:
-    """On a resume: the near misses the last run's deadline cut are trained again first, from
-    their own seeds (arithsweep.search.replay); returns their trial ids."""
-    if not opts.resume or not before.get("trials"):
-        return []
-    from arithsweep.search import replay
-
-    near = float((stored.get("options") or {}).get("near_miss", opts.near_miss))
-    cut = replay.cut_near_misses(before["trials"], target, near, state.incumbent)
-    return replay.requeue(name, optuna_url, cut)
 
 
 def _finish(opts, name, sdir, task, target, results, mlflow_uri, experiment_id, optuna_url,
@@ -410,10 +300,6 @@ def _finish(opts, name, sdir, task, target, results, mlflow_uri, experiment_id, 
             float((r.metrics or {}).get("time_total_s") or 0.0) for r in results) / 3600, 4),
         n_tune_trials=len({r["tune_trial_id"] for r in rows}),
         largest_pack=max((r["pack_size"] for r in rows), default=1))
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def _write_json(path: Path, doc: dict) -> None:

@@ -20,6 +20,7 @@ the near-miss rounds and the polish like any proposal. Driver side only:
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from arithsweep.search.run_settings import DEADLINE
@@ -70,3 +71,23 @@ def requeue(study_name: str, storage_url: str, cut: list[dict[str, Any]]) -> lis
                             user_attrs={REPLAY_OF: c["trial_number"], SEEDS_OF: c[SEEDS_OF]})
         done.append(str(c["trial_id"]))
     return done
+
+
+def requeue_cut(stored: dict, opts: Any, optuna_url: str, target: float, before: dict,
+                state: Any) -> list[str]:
+    """On a resume: the near misses the last run's deadline cut (its summary.json, `before`)
+    are enqueued first; returns their trial ids. `stored`: the search's search.json."""
+    if not opts.resume or not before.get("trials"):
+        return []
+    near = float((stored.get("options") or {}).get("near_miss", opts.near_miss))
+    cut = cut_near_misses(before["trials"], target, near, state.incumbent)
+    return requeue(opts.resume, optuna_url, cut)
+
+
+def ended_trials(exp_dir: Path) -> set[str]:
+    """The Tune trials of an experiment that its last run ended for good (TERMINATED or
+    ERROR): Tune never restarts them, so a resumed concurrency limit must not count them."""
+    from ray import tune
+
+    return {t.trial_id for t in tune.ExperimentAnalysis(str(exp_dir)).trials
+            if t.status in ("TERMINATED", "ERROR")}

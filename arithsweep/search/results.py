@@ -116,3 +116,18 @@ def close_unreported(rows: list[dict], optuna_url: str, name: str, mlflow_uri: s
     for trial_id in silent & set(runs):
         if client.get_run(runs[trial_id]).info.status == "RUNNING":
             client.set_terminated(runs[trial_id], "KILLED")
+
+
+def retire_waiting(study_name: str, storage_url: str) -> int:
+    """At the end of a search: proposals still queued (shrink moves, start points never run)
+    become FAIL with a note, so the finished study shows none WAITING forever. Returns how
+    many."""
+    import optuna
+
+    study = optuna.load_study(study_name=study_name, storage=storage_url)
+    waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+    for t in waiting:
+        study._storage.set_trial_system_attr(t._trial_id, "arithsweep.note",
+                                             "queued, not run: the search ended first")
+        study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+    return len(waiting)

@@ -415,16 +415,3 @@ def tell_verified(name: str, target: float, final: bool = False) -> int:
         except Exception as exc:  # a storage hiccup must not end the search
             log.warning("could not tell verified proposal %s: %s", pid, exc)
     return told
-
-
-def retire_waiting(study_name: str, storage_url: str) -> int:
-    """At the end of a search: proposals still queued (shrink moves, start points never run)
-    become FAIL with a note, so the finished study shows none WAITING forever. Returns how
-    many."""
-    study = optuna.load_study(study_name=study_name, storage=storage_url)
-    waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
-    for t in waiting:
-        study._storage.set_trial_system_attr(t._trial_id, "arithsweep.note",
-                                             "queued, not run: the search ended first")
-        study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
-    return len(waiting)
