@@ -269,6 +269,16 @@ def test_time_budget_ends_the_search_cleanly(ray_local, tmp_path):
     _, runs = _trial_runs(s)
     assert runs and all(r.info.status != "RUNNING" for r in runs)
 
+    # Resumed after its deadline, the search trains again (the trials the deadline ended
+    # once filled the concurrency limit, so a resume started nothing), and the trials of the
+    # first run keep the reasons they stopped for.
+    again = _run(SearchOptions(resume="d", trials=s.n_trials + 2, n_verify=0, time_budget=120,
+                               root=str(tmp_path / "searches")))
+    assert again.n_trials == s.n_trials + 2
+    before = {r["trial_id"]: r["stop_reason"] for r in s.trials}
+    assert {r["trial_id"]: r["stop_reason"] for r in again.trials
+            if r["trial_id"] in before} == before
+
 
 # ---- fast checks -----------------------------------------------------------------------
 

@@ -133,7 +133,8 @@ def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = N
             incumbent=incumbent.incumbent_of(verified)))
         before = _read_json(sdir / "summary.json") if opts.resume else {}
         try:
-            replayed = replay.requeue_cut(stored, opts, optuna_url, target, before, state)
+            replayed = replay.prepare_resume(stored, opts, sdir / TUNE_DIR, optuna_url, target,
+                                             before, state)
             results = _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri,
                            experiment_id, parent_run)
             summary = _finish(opts, name, sdir, task, target, results, mlflow_uri,
@@ -188,7 +189,7 @@ def _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri, experime
     from ray import tune
     from ray.tune.stopper import CombinedStopper
 
-    from arithsweep.search import incumbent, live, replay, run_settings, searcher, tracking
+    from arithsweep.search import incumbent, live, run_settings, searcher, tracking
     from arithsweep.search.options import resources_per_trial
     from arithsweep.search.packs import PackKeyer
     from arithsweep.search.trainable import run_trial
@@ -204,9 +205,7 @@ def _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri, experime
     exp_dir = sdir / TUNE_DIR
 
     if opts.resume and tune.Tuner.can_restore(str(exp_dir)):
-        state = run_settings.state_of(name)
-        state.concurrency = concurrency
-        state.ended_trials = replay.ended_trials(exp_dir)
+        run_settings.state_of(name).concurrency = concurrency
         # Finished trials stay; unfinished ones continue; errored ones stay errored (Optuna
         # has already been told FAIL, re-running them would be a second, untold attempt).
         return tune.Tuner.restore(str(exp_dir), trainable=trainable, resume_unfinished=True,

@@ -73,21 +73,21 @@ def requeue(study_name: str, storage_url: str, cut: list[dict[str, Any]]) -> lis
     return done
 
 
-def requeue_cut(stored: dict, opts: Any, optuna_url: str, target: float, before: dict,
-                state: Any) -> list[str]:
-    """On a resume: the near misses the last run's deadline cut (its summary.json, `before`)
-    are enqueued first; returns their trial ids. `stored`: the search's search.json."""
-    if not opts.resume or not before.get("trials"):
-        return []
-    near = float((stored.get("options") or {}).get("near_miss", opts.near_miss))
-    cut = cut_near_misses(before["trials"], target, near, state.incumbent)
-    return requeue(opts.resume, optuna_url, cut)
-
-
-def ended_trials(exp_dir: Path) -> set[str]:
-    """The Tune trials of an experiment that its last run ended for good (TERMINATED or
-    ERROR): Tune never restarts them, so a resumed concurrency limit must not count them."""
+def prepare_resume(stored: dict, opts: Any, exp_dir: Path, optuna_url: str, target: float,
+                   before: dict, state: Any) -> list[str]:
+    """Before a resumed fit: note the Tune trials the last run ended for good (the limiter must
+    not count them live) and keep the stop reasons its summary gave them (their last results
+    carry none: the deadline was the driver's, not theirs); then enqueue the near misses it cut
+    first. Returns their trial ids. `stored`: search.json; `before`: the last summary.json."""
     from ray import tune
 
-    return {t.trial_id for t in tune.ExperimentAnalysis(str(exp_dir)).trials
-            if t.status in ("TERMINATED", "ERROR")}
+    if not opts.resume or not tune.Tuner.can_restore(str(exp_dir)):
+        return []
+    state.ended_trials = {t.trial_id for t in tune.ExperimentAnalysis(str(exp_dir)).trials
+                          if t.status in ("TERMINATED", "ERROR")}
+    rows = before.get("trials") or []
+    for r in rows:
+        if r.get("tune_trial_id") in state.ended_trials and r.get("stop_reason"):
+            state.stop_reasons.setdefault(r["tune_trial_id"], r["stop_reason"])
+    near = float((stored.get("options") or {}).get("near_miss", opts.near_miss))
+    return requeue(opts.resume, optuna_url, cut_near_misses(rows, target, near, state.incumbent))
