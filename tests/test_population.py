@@ -155,3 +155,17 @@ def test_clip_is_per_member():
     norm = sum(p.grad.flatten(1).pow(2).sum(1) for p in model.parameters()).sqrt()  # (K,)
     torch.testing.assert_close(norm, torch.stack([torch.tensor(1.0), before[1],
                                                   torch.tensor(0.5)]), rtol=1e-4, atol=1e-4)
+
+
+def test_a_near_miss_second_round_retrains_its_best_seed_exactly_as_it_began():
+    """The search's second round (trainable.next_round) is the best seed alone, twice as long:
+    that seed alone trains as it did as member i of its pack (same init, same batches), so
+    the round really continues the lottery ticket that nearly won."""
+    from arithsweep.search.trainable import next_round
+
+    task, m, base = _base(steps=40, seed=3, seeds=3)
+    pack = train(task, m, base)
+    nxt = next_round(base, 2)
+    assert (nxt.seed, nxt.seeds, nxt.steps) == (5, 1, 80)
+    alone = train(task, m, replace(nxt, steps=base.steps))
+    _assert_same_member(pack.model.member_state(2), alone.model.member_state(0))

@@ -82,7 +82,7 @@ def search(
     max_params: int = typer.Option(None, "--max-params", help="never train a model with more unique parameters"),
     frontier: bool = typer.Option(False, "--frontier", help="train every size (params/accuracy trade-off): the incumbent does not bound proposals"),
     patience: int = typer.Option(8, "--patience", help="evaluations without progress before a trial stops"),
-    rounds: int = typer.Option(2, "--rounds", help="rounds per architecture: a near miss earns another with twice the seeds and steps"),
+    rounds: int = typer.Option(2, "--rounds", help="rounds per architecture: a near miss earns another, its best seed for twice the steps"),
     seed: int = typer.Option(0, "--seed", help="sampler seed and base training seed"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:

@@ -45,7 +45,7 @@ class SearchOptions:
     # not bound proposals (max_params still does)
     frontier: bool = False
     patience: int = 8  # evaluations without progress on its own curve before a trial stops
-    extra_rounds: int = 1  # rounds a near miss earns (each: twice the seeds and the steps)
+    extra_rounds: int = 1  # rounds a near miss earns (each: its best seed, twice the steps)
     near_miss: float = 0.25  # a round within this of the target is a near miss
     max_failures: int = 0  # retries of a crashed trial (0: record it failed and go on)
     # --proposals-per-trial: Optuna proposals of one shape trained together as one population
