@@ -90,4 +90,7 @@ def prepare_resume(stored: dict, opts: Any, exp_dir: Path, optuna_url: str, targ
         if r.get("tune_trial_id") in state.ended_trials and r.get("stop_reason"):
             state.stop_reasons.setdefault(r["tune_trial_id"], r["stop_reason"])
     near = float((stored.get("options") or {}).get("near_miss", opts.near_miss))
-    return requeue(opts.resume, optuna_url, cut_near_misses(rows, target, near, state.incumbent))
+    # only trials Tune ended: one it restarts itself (a killed or interrupted run, labelled
+    # "search deadline" by arithsweep before 'search interrupted' existed) must not run twice
+    ended = [r for r in rows if r.get("tune_trial_id") in state.ended_trials]
+    return requeue(opts.resume, optuna_url, cut_near_misses(ended, target, near, state.incumbent))
