@@ -119,3 +119,19 @@ def test_a_resume_after_the_deadline_starts_trials_again(tmp_path):
         assert limiter.suggest("another") is None  # -j 1 on the resume: one at a time
     finally:
         run_settings.unregister("d")
+
+
+def test_searches_with_different_seeds_train_different_seeds():
+    """--seed 0, 1 and 2 once started from training seeds 0-7, 1-8 and 2-9 (one lucky seed
+    decided all three add3 searches); now each --seed owns its blocks, while a search made
+    before (no seed_scheme in its constants) keeps its old blocks on resume."""
+    from arithsweep.search.trial import SEED_SCHEME
+
+    def seeds(seed, n, scheme=SEED_SCHEME, k=8):
+        first = seed_block({"seed": seed, "seed_scheme": scheme}, n)
+        return set(range(first, first + k * 4))  # 4x: the seeds of every round too
+
+    drawn = [seeds(s, n) for s in range(3) for n in range(50)]
+    assert sum(map(len, drawn)) == len(set().union(*drawn))  # no seed twice
+    assert seed_block({"seed": 2}, 3) == 2 + 3 * (1 << 20)  # the old scheme, kept
+    assert max(seeds((1 << 26) - 1, (1 << 16) - 1)) < 1 << 63

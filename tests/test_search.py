@@ -296,6 +296,8 @@ def test_time_budget_ends_the_search_cleanly(ray_local, tmp_path):
     ({"max_params": 0}, "max_params"),
     ({"patience": 0}, "patience"),
     ({"near_miss": 2}, "near_miss"),
+    ({"seed": -1}, "seed"),
+    ({"seed": 1 << 26}, "seed"),
     ({"mlflow_uri": "bogus://x"}, "mlflow_uri"),
 ])
 def test_bad_options_are_one_clear_error(kw, match):

@@ -193,7 +193,7 @@ def _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri, experime
     from arithsweep.search.options import resources_per_trial
     from arithsweep.search.packs import PackKeyer
     from arithsweep.search.trainable import run_trial
-    from arithsweep.search.trial import CONST_KEY, ProposalSizer, describe_trial
+    from arithsweep.search.trial import CONST_KEY, SEED_SCHEME, ProposalSizer, describe_trial
 
     avail = ray.cluster_resources()
     gpus, per_trial = resources_per_trial(opts, avail.get("GPU", 0))
@@ -216,7 +216,7 @@ def _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri, experime
              "time_budget": opts.trial_time_budget, "seed": opts.seed,
              "space": space.name, "search": name, "fail_when": opts.fail_when,
              "patience": opts.patience, "extra_rounds": opts.extra_rounds,
-             "near_miss": opts.near_miss}
+             "near_miss": opts.near_miss, "seed_scheme": SEED_SCHEME}
     search = searcher.ConstrainedOptunaSearch(
         space.ray_define_by_run(), target=target, study_name=name, storage_url=optuna_url,
         sizer=ProposalSizer(const), seed=opts.seed, start=space.start,

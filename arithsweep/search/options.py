@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from arithsweep.core.errors import ConfigError
+from arithsweep.search.trial import MAX_SEED
 
 
 @dataclass
@@ -88,6 +89,8 @@ class SearchOptions:
         need(uri is None or "://" not in uri or uri.split("://", 1)[0].split("+")[0]
              in MLFLOW_SCHEMES, f"mlflow_uri={uri!r}: expected a folder, file:, sqlite:///FILE, "
              "postgresql://, mysql://, mssql://, http(s):// or databricks")
+        need(isinstance(self.seed, int) and not isinstance(self.seed, bool)
+             and 0 <= self.seed < MAX_SEED, f"seed={self.seed!r}: must be in 0..{MAX_SEED - 1}")
         need(isinstance(self.near_miss, (int, float)) and 0 <= self.near_miss <= 1,
              f"near_miss={self.near_miss!r}: must be in [0, 1]")
         need(not (self.name and self.resume and self.name != self.resume),

@@ -21,6 +21,9 @@ CONST_KEY = "arithsweep"  # param_space key holding the search's constants (task
 # Every Optuna trial n trains seeds from its own block [seed + n*SEED_BLOCK, +SEED_BLOCK), so
 # no two trials share a seed however many seeds and rounds each one trains.
 SEED_BLOCK = 1 << 20
+TRIALS_PER_SEED = 1 << 16  # Optuna trials with seeds of their own per --seed (then they wrap)
+MAX_SEED = 1 << 26  # --seed below this keeps every training seed under 2^63
+SEED_SCHEME = 2  # written into a new search's constants: see seed_block
 # A replay of a proposal the search deadline cut (arithsweep.search.replay) trains the seed
 # block of the trial it replays, named by this config key, instead of its own
 SEEDS_OF = "seeds_of"
@@ -44,7 +47,15 @@ def trial_sections(config: dict[str, Any]) -> tuple[dict, dict, dict, dict]:
 
 
 def seed_block(const: dict[str, Any], trial_number: int) -> int:
-    return int(const.get("seed", 0)) + SEED_BLOCK * int(trial_number)
+    """The first training seed of Optuna trial `trial_number` in a search with `const`.
+    Each --seed owns TRIALS_PER_SEED blocks, so searches with different --seed share no
+    training seed. Searches made before SEED_SCHEME 2 (no "seed_scheme" in their constants)
+    keep their old blocks, seed + n*SEED_BLOCK, on resume: there --seed 0, 1 and 2 started
+    from seeds 0-7, 1-8 and 2-9, so one lucky seed (5) decided all three add3 searches."""
+    seed, n = int(const.get("seed", 0)), int(trial_number)
+    if int(const.get("seed_scheme", 1)) < SEED_SCHEME:
+        return seed + SEED_BLOCK * n
+    return (seed * TRIALS_PER_SEED + n % TRIALS_PER_SEED) * SEED_BLOCK
 
 
 def _task_and_model(task_name: str, model: dict[str, Any], fmt: dict[str, Any]):
