@@ -294,7 +294,10 @@ def _finish(opts, name, sdir, task, target, results, mlflow_uri, experiment_id, 
         skipped=state.skipped, incumbent=state.incumbent,
         trained_above_incumbent=sorted(state.trained_above),
         architectures=architecture_rates(rows), trials=rows,
-        cut_near_misses=cut_near_misses(rows, target, opts.near_miss, state.incumbent),
+        # this run's cuts only: an earlier run's were replayed (or named) by then
+        cut_near_misses=cut_near_misses([r for r in rows if r["tune_trial_id"]
+                                         not in state.ended_trials], target, opts.near_miss,
+                                        state.incumbent),
         cpu_hours=round(opts.cpus_per_trial * sum(
             float((r.metrics or {}).get("time_total_s") or 0.0) for r in results) / 3600, 4),
         n_tune_trials=len({r["tune_trial_id"] for r in rows}),
