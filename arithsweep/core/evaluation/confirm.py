@@ -98,16 +98,25 @@ class FullCheck:
         self.a, self.b, self.op, self.what = final_problems(task, max_len)
         self.exhaustive = self.a.numel() == task.n_problems  # every problem, none sampled
         self.checked: dict[int, float] = {}  # best_step -> exact match on these problems
+        # a small task's held-out share: below `floor` on it, not even every training problem
+        # right could lift the whole set to the target (see held_out_reached)
+        self.floor = 1.0
+        if self.exhaustive and task.n_problems <= CHEAP_EXHAUSTIVE:
+            held = int(task.is_holdout(self.a, self.b, self.op).sum()) or 1
+            self.floor = max(0.0, 1.0 - (1.0 - self.target) * task.n_problems / held)
         self.seconds = 0.0  # time spent checking
 
     def held_out_reached(self, result: Any) -> bool:
         """Does the best seed's held-out exact match clear the target (best-of-K corrected)?
 
-        Where the confirmation is every problem of a small task, the raw estimate is enough:
-        the check is then exact and cheap, while the held-out side is too small for the bound
-        (mul2: 634 problems, so only 99.8% or more could ever count as reaching 0.99)."""
+        Where the confirmation is every problem of a small task, that exact and cheap check
+        decides, and the held-out estimate only has to make the target possible: at `floor`
+        with every training problem right, the whole set reaches it. The held-out side is a
+        sliver there (mul2: 634 of 10^4), and a model that fits the training problems may score
+        below the target on it alone: mul2-s3's start shape, 97.95% held-out, answered 99.87%
+        of all 10^4 problems, and a gate at the target (as before) never checked it."""
         if self.exhaustive and self.task.n_problems <= CHEAP_EXHAUSTIVE:
-            return result.best_em >= self.target
+            return result.best_em >= self.floor
         live = sum(1 for f in result.failed if not f) or 1
         return reached(result.best_em, eval_size_of(result), self.target, live)
 
