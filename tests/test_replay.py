@@ -135,3 +135,25 @@ def test_searches_with_different_seeds_train_different_seeds():
     assert sum(map(len, drawn)) == len(set().union(*drawn))  # no seed twice
     assert seed_block({"seed": 2}, 3) == 2 + 3 * (1 << 20)  # the old scheme, kept
     assert max(seeds((1 << 26) - 1, (1 << 16) - 1)) < 1 << 63
+
+
+def test_a_restarted_trial_whose_optuna_trial_was_closed_does_not_end_the_search(tmp_path):
+    """Tune restarts an interrupted trial on resume; if an older run had closed its Optuna
+    trial, reporting to it raised UpdateFinishedTrialError and Tune ended the whole search
+    with a traceback. Its results are now kept from Optuna, and the search goes on."""
+    import optuna
+
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    search = ConstrainedOptunaSearch(load_space("tiny").ray_define_by_run(), target=0.99,
+                                     study_name="x", storage_url=url,
+                                     sizer=ProposalSizer({"task": "add3"}), seed=0)
+    run_settings.register("x", run_settings.DriverState(trials=3, deadline=None))
+    try:
+        config = search.suggest("t")
+        optuna.load_study(study_name="x", storage=url).tell(
+            config["trial_number"], state=optuna.trial.TrialState.FAIL)
+        search.on_trial_result("t", {"params": 100, "best_em": 0.5, "training_iteration": 1})
+        search.on_trial_complete("t", result={"params": 100, "best_em": 0.6})
+        assert isinstance(search.suggest("u"), dict)
+    finally:
+        run_settings.unregister("x")

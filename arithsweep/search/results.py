@@ -15,6 +15,7 @@ import os
 from typing import Any
 
 from arithsweep.search import packs, tracking
+from arithsweep.search.run_settings import INTERRUPTED
 from arithsweep.search.trial import CONST_KEY
 
 
@@ -104,8 +105,14 @@ def close_unreported(rows: list[dict], optuna_url: str, name: str, mlflow_uri: s
     study = optuna.load_study(study_name=name, storage=optuna_url)
     by_number = {r["config"].get(packs.TRIAL_NUMBER): r["trial_id"] for r in rows
                  if not r["errored"]}
+    # an interrupted trial stays unfinished in Tune and restarts on resume: it must find its
+    # Optuna trial still running
+    restarts = {r["config"].get(packs.TRIAL_NUMBER) for r in rows
+                if r["stop_reason"] == INTERRUPTED}
     silent = set()
     for t in study.get_trials(states=(optuna.trial.TrialState.RUNNING,)):
+        if t.number in restarts:
+            continue
         study.tell(t.number, state=optuna.trial.TrialState.FAIL)
         if t.number in by_number:
             silent.add(by_number[t.number])

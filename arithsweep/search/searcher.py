@@ -29,6 +29,7 @@ Not run directly; `arithsweep.search.driver.run_search` wires them together.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import warnings
@@ -269,7 +270,10 @@ class ConstrainedOptunaSearch(OptunaSearch):
             return
         self._last[trial_id] = {k: result[k] for k in ("params", "best_em", "invalid_config")
                                 if k in result}
-        super().on_trial_result(trial_id, result)
+        # a trial Tune restarted on resume whose Optuna trial an older run closed: its
+        # intermediate values only feed pruning, which the search does not use
+        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+            super().on_trial_result(trial_id, result)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None,
                           error: bool = False) -> None:
@@ -295,7 +299,11 @@ class ConstrainedOptunaSearch(OptunaSearch):
                 self._constrain(ot_trial, violation)
             except Exception as exc:  # a storage hiccup must not end the search
                 log.warning("could not set the constraint of %s: %s", trial_id, exc)
-        super().on_trial_complete(trial_id, result=result, error=error)
+        try:
+            super().on_trial_complete(trial_id, result=result, error=error)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            log.warning("search %s: trial %s finished, but its Optuna trial was closed before",
+                        self._name, trial_id)
         self._last.pop(trial_id, None)
 
     def _await_verification(self, pid: str, ot_trial: optuna.Trial, val, violation: float,
