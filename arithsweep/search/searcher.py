@@ -270,9 +270,12 @@ class ConstrainedOptunaSearch(OptunaSearch):
             return
         self._last[trial_id] = {k: result[k] for k in ("params", "best_em", "invalid_config")
                                 if k in result}
-        # a trial Tune restarted on resume whose Optuna trial an older run closed: its
-        # intermediate values only feed pruning, which the search does not use
-        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+        # A trial Tune restarted on resume reports steps its Optuna trial already holds
+        # (Optuna warns at each) or to one an older run closed: its intermediate values only
+        # feed pruning, which the search does not use.
+        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError), \
+                warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*is already reported")
             super().on_trial_result(trial_id, result)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None,
