@@ -88,5 +88,3 @@ def to_markdown(rows: list[dict[str, Any]], title: str | None = None) -> str:
         return "\n".join([*out, "_No verified entries yet._", ""])
     return "\n".join(out + _md_table(COLUMNS, [cells(row) for row in rows])) + "\n"
 
-
-# --- publishing -------------------------------------------------------------------------------

@@ -132,13 +132,15 @@ def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = N
             max_params=opts.max_params, frontier=opts.frontier, verified=verified,
             incumbent=incumbent.incumbent_of(verified)))
         before = _read_json(sdir / "summary.json") if opts.resume else {}
+        # the trials' rule (a resumed Tuner keeps the constants it was started with)
+        near = float((stored.get("options") or {}).get("near_miss", opts.near_miss))
         try:
-            replayed = replay.prepare_resume(stored, opts, sdir / TUNE_DIR, optuna_url, target,
+            replayed = replay.prepare_resume(opts, sdir / TUNE_DIR, optuna_url, target, near,
                                              before, state)
             results = _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri,
                            experiment_id, parent_run)
             summary = _finish(opts, name, sdir, task, target, results, mlflow_uri,
-                              experiment_id, optuna_url, state)
+                              experiment_id, optuna_url, state, near)
             summary.replayed = replayed
             retire_waiting(name, optuna_url)
         except BaseException:
@@ -246,7 +248,7 @@ def _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri, experime
 
 
 def _finish(opts, name, sdir, task, target, results, mlflow_uri, experiment_id, optuna_url,
-            state) -> SearchSummary:
+            state, near_miss: float) -> SearchSummary:
     from arithsweep.search import incumbent, searcher, tracking
     from arithsweep.search.plots import frontier, plot_params_vs_em
     from arithsweep.search.replay import cut_near_misses
@@ -296,7 +298,7 @@ def _finish(opts, name, sdir, task, target, results, mlflow_uri, experiment_id, 
         architectures=architecture_rates(rows), trials=rows,
         # this run's cuts only: an earlier run's were replayed (or named) by then
         cut_near_misses=cut_near_misses([r for r in rows if r["tune_trial_id"]
-                                         not in state.ended_trials], target, opts.near_miss,
+                                         not in state.ended_trials], target, near_miss,
                                         state.incumbent),
         cpu_hours=round(opts.cpus_per_trial * sum(
             float((r.metrics or {}).get("time_total_s") or 0.0) for r in results) / 3600, 4),

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from arithsweep.search.run_settings import DEADLINE
-from arithsweep.search.trial import SEEDS_OF
+from arithsweep.search.trial import SEEDS_OF, seeds_trial
 
 # (a trial the user's Ctrl-C stopped is "search interrupted": Tune keeps it unfinished and
 # the resumed experiment restarts it with its own config, seeds included)
@@ -48,7 +48,7 @@ def cut_near_misses(rows: list[dict[str, Any]], target: float, near_miss: float,
             continue
         out.append({"trial_id": r["trial_id"], "params": params, "best_em": best,
                     "trial_number": int(number),
-                    SEEDS_OF: int(config.get(SEEDS_OF, number))})
+                    SEEDS_OF: seeds_trial(config)})
     return sorted(out, key=lambda c: (-c["best_em"], c["params"]))
 
 
@@ -73,12 +73,12 @@ def requeue(study_name: str, storage_url: str, cut: list[dict[str, Any]]) -> lis
     return done
 
 
-def prepare_resume(stored: dict, opts: Any, exp_dir: Path, optuna_url: str, target: float,
+def prepare_resume(opts: Any, exp_dir: Path, optuna_url: str, target: float, near: float,
                    before: dict, state: Any) -> list[str]:
     """Before a resumed fit: note the Tune trials the last run ended for good (the limiter must
     not count them live) and keep the stop reasons its summary gave them (their last results
     carry none: the deadline was the driver's, not theirs); then enqueue the near misses it cut
-    first. Returns their trial ids. `stored`: search.json; `before`: the last summary.json."""
+    first. Returns their trial ids. `before`: the last summary.json."""
     from ray import tune
 
     if not opts.resume or not tune.Tuner.can_restore(str(exp_dir)):
@@ -89,7 +89,6 @@ def prepare_resume(stored: dict, opts: Any, exp_dir: Path, optuna_url: str, targ
     for r in rows:
         if r.get("tune_trial_id") in state.ended_trials and r.get("stop_reason"):
             state.stop_reasons.setdefault(r["tune_trial_id"], r["stop_reason"])
-    near = float((stored.get("options") or {}).get("near_miss", opts.near_miss))
     # only trials Tune ended: one it restarts itself (a killed or interrupted run, labelled
     # "search deadline" by arithsweep before 'search interrupted' existed) must not run twice
     ended = [r for r in rows if r.get("tune_trial_id") in state.ended_trials]

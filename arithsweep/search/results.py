@@ -15,12 +15,12 @@ import os
 from typing import Any
 
 from arithsweep.search import packs, tracking
-from arithsweep.search.run_settings import INTERRUPTED
+from arithsweep.search.run_settings import DEADLINE, INTERRUPTED
 from arithsweep.search.trial import CONST_KEY
 
 
 def trial_rows(results: Any, target: float, stop_reasons: dict[str, str] | None = None,
-               ended: str = "search deadline") -> list[dict[str, Any]]:
+               ended: str = DEADLINE) -> list[dict[str, Any]]:
     """Driver side: what each trial reported, read back from Tune's ResultGrid as plain dicts
     (the last result carries the trial's running best_em; the kept checkpoint is its best).
     `ended`: the stop reason of a trial that neither stopped itself nor was stopped by the

@@ -46,6 +46,12 @@ def trial_sections(config: dict[str, Any]) -> tuple[dict, dict, dict, dict]:
             dict(config.get(CONST_KEY, {})))
 
 
+def seeds_trial(config: dict[str, Any]) -> int:
+    """The Optuna trial whose seed block a proposal trains: its own, or for a replay
+    (SEEDS_OF) the trial it replays."""
+    return int(config.get(SEEDS_OF, config.get("trial_number", 0)))
+
+
 def seed_block(const: dict[str, Any], trial_number: int) -> int:
     """The first training seed of Optuna trial `trial_number` in a search with `const`.
     Each --seed owns TRIALS_PER_SEED blocks, so searches with different --seed share no
@@ -90,8 +96,7 @@ def build_trial(config: dict[str, Any]) -> TrialSetup:
         if const.get(key):
             train[key] = const[key]
     if "seed" not in train:
-        block = config.get(SEEDS_OF, config.get("trial_number", 0))
-        train["seed"] = seed_block(const, int(block))
+        train["seed"] = seed_block(const, seeds_trial(config))
     train_cfg = TrainConfig.from_dict(train)
     if train_cfg.seeds * (1 + int(const.get("extra_rounds", 0) or 0)) * 2 > SEED_BLOCK:
         raise ConfigError(f"train.seeds={train_cfg.seeds}: too many seeds for one trial")
