@@ -258,6 +258,7 @@ class ModelConfig(DictConfig):
 
 SAMPLINGS = ("uniform", "values", "carry", "mixed", "enriched")
 SAMPLERS = ("hash", "stream")
+LAYOUTS = ("auto", "reference", "tiny")
 # Train fields whose default changed: a checkpoint's train config that lacks one was made
 # under the old default, so loading it fills these in before the dataclass defaults apply,
 # and retraining reproduces it.
@@ -360,6 +361,10 @@ class TrainConfig(DictConfig):
     # on CUDA, record the whole step (forward, backward, clipping, AdamW) once as a CUDA graph
     # and replay it (core/training/step.py); false = launch every kernel every step (for comparison)
     cuda_graph: bool = True
+    # how a step computes loss and gradients: reference (the PyTorch model) | tiny (one-block
+    # models in one C kernel, CPU only: core/model/tiny_layout.py) | auto: tiny where the model
+    # fits it and is small enough to gain (training.train.choose_layout), else reference
+    layout: str = "auto"
     time_budget: float = 0.0  # seconds; stop after the evaluation that crosses it; 0 = none
 
     def __post_init__(self) -> None:
@@ -406,6 +411,7 @@ class TrainConfig(DictConfig):
             self.curriculum = check_stages(self.curriculum)
         if self.wd_drops is not None:
             self.wd_drops = check_wd_drops(self.wd_drops)
+        need(self.layout in LAYOUTS, "layout", f"must be one of {', '.join(LAYOUTS)}")
         need(self.sampler in SAMPLERS, "sampler", f"must be one of {', '.join(SAMPLERS)}")
         need(0 <= self.carry_frac <= 1, "carry_frac", "must be in [0, 1]")
         need(0 < self.target <= 1, "target", "must be in (0, 1]")

@@ -198,12 +198,8 @@ class ArithTransformer(nn.Module):
         tokens = tokens.long()  # a no-op for int64; scatter_ wants int64 indices
         emb = token_table(self.embed, cfg)  # (K, V, d)
         x0 = _lookup(emb, tokens.reshape(K, B * T)).view(K, d, B, T)
-        if cfg.pos == "learned":
-            x0 = x0 + pos_part(self.pos.weight[:, :T], d).transpose(1, 2).unsqueeze(2)
-        elif cfg.pos == "sinusoidal":
-            x0 = x0 + self.sinusoid[:, None, :T]  # (d, 1, T)
-        elif cfg.pos == "digit_index":
-            x0 = x0 + place_rows(self, T).transpose(1, 2).unsqueeze(2)  # (K, d, 1, T)
+        if (rows := self.position_rows(T)) is not None:
+            x0 = x0 + rows.transpose(1, 2).unsqueeze(2)  # (K or 1, d, 1, T)
         elif cfg.pos == "abacus":
             idx = abacus_index(tokens)  # (K, B, T)
             if abacus_offset is None and cfg.abacus_offset and self.training:
@@ -244,6 +240,19 @@ class ArithTransformer(nn.Module):
                 x = x.view(K, d, B, -1)[..., from_pos:].reshape(K, d, B * T)
         logits = _normed(last if cfg.final_norm else None, x, wt, b)  # (K, V, B*T)
         return logits.transpose(1, 2).reshape(K, B, T, V)  # one copy into the caller's layout
+
+    def position_rows(self, T: int) -> Tensor | None:
+        """The rows added to the first T positions' embeddings, (K or 1, T, d), for the
+        positions that depend on the place alone (learned, sinusoidal, digit_index); None for
+        the others (rope turns q and k instead, abacus reads the tokens, none adds nothing)."""
+        cfg = self.cfg
+        if cfg.pos == "learned":
+            return pos_part(self.pos.weight[:, :T], cfg.d_model)
+        if cfg.pos == "sinusoidal":
+            return self.sinusoid[:, :T].T.unsqueeze(0)
+        if cfg.pos == "digit_index":
+            return place_rows(self, T)
+        return None
 
     @contextlib.contextmanager
     def capturing(self) -> Iterator[dict[str, list[Tensor]]]:

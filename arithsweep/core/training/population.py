@@ -32,6 +32,7 @@ from arithsweep.core.errors import ConfigError
 from arithsweep.core.evaluation.confirm import eval_problems, reached
 from arithsweep.core.evaluation.evaluate import EvalSet, answer_start, score
 from arithsweep.core.model.model import ArithTransformer, ModelConfig, count_params
+from arithsweep.core.model.tiny_layout import tiny_loss
 from arithsweep.core.training.recipe import GrokfastEMA, grokfast_on, lbfgs_polish, wd_factors
 from arithsweep.core.training.step import PackStep, capture_blocker
 
@@ -202,7 +203,10 @@ def train_population(task: Task, model_cfg: ModelConfig, cfgs: Sequence[TrainCon
     opt = PackAdamW(params, base_wd.clone(), (c0.beta1, c0.beta2), scope=c0.weight_decay_scope)
     clip = per_member("grad_clip")  # (K,); 0 = off for that member
     lrs = _LrTable(cfgs, counts, device)
+    layout, layout_why = T.choose_layout(model_cfg, c0, device)
     loss_fn = torch.compile(T._loss_fn, dynamic=False) if c0.compile else T._loss_fn
+    if layout == "tiny":
+        loss_fn = tiny_loss
     data = _PackStream(task, cfgs, device)
     ea, eb, eop = eval_problems(task, c0.eval_size, c0.train_digits)  # (N,) each
     eval_set = EvalSet(task, ea, eb, eop, device)  # encoded once, on the device
@@ -212,7 +216,8 @@ def train_population(task: Task, model_cfg: ModelConfig, cfgs: Sequence[TrainCon
                for c, o, n in zip(cfgs, offs, counts)]
     alive = torch.ones(K, dtype=torch.bool, device=device)  # False: loss went non-finite
     running = torch.ones(K, dtype=torch.bool, device=device)  # False: proposal stopped
-    n_micro = T.micro_batches(replace(c0, seeds=K), device)
+    # the tiny kernel keeps each tile in cache itself: splitting the step would only add calls
+    n_micro = 1 if layout == "tiny" else T.micro_batches(replace(c0, seeds=K), device)
     start = answer_start(task)
     loss_sum = torch.zeros(K, dtype=torch.float64, device=device)
     loss_n = 0
@@ -269,6 +274,7 @@ def train_population(task: Task, model_cfg: ModelConfig, cfgs: Sequence[TrainCon
                          t0, device, on_eval)
     for j, (r, o, n) in enumerate(zip(results, offs, counts)):
         r.step_mode = runner.describe()
+        r.layout = f"{layout} ({layout_why})"
         if data.running[j]:  # ran to the end of the schedule
             r.steps, r.wall_time = step, time.perf_counter() - t0
             r.failed = (~alive[o:o + n]).tolist()

@@ -88,7 +88,8 @@ class PackStep:
         losses = torch.zeros(K, device=self.alive.device)
         active = self.alive & self.running
         for t_mb, m_mb in zip(tokens.chunk(self.n_micro, 1), mask.chunk(self.n_micro, 1)):
-            mb = self.loss_fn(model, t_mb, m_mb, self.start) * (t_mb.shape[1] / self.batch_size)
+            mb = self.loss_fn(model, t_mb, m_mb, self.start, active)
+            mb = mb * (t_mb.shape[1] / self.batch_size)
             # a dead or frozen seed contributes nothing (a dead one's NaN would poison the sum)
             torch.where(active, mb, torch.zeros_like(mb)).sum().backward()
             losses = losses + mb.detach()

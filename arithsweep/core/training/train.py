@@ -34,7 +34,8 @@ from arithsweep.core.data.mix import carry_mode, carry_share, curriculum_cap, va
 from arithsweep.core.data.tasks import Task
 from arithsweep.core.errors import ConfigError
 from arithsweep.core.model.checkpoint import save_checkpoint
-from arithsweep.core.model.model import ArithTransformer, ModelConfig
+from arithsweep.core.model.model import ArithTransformer, ModelConfig, count_params
+from arithsweep.core.model.tiny_layout import unsupported
 from arithsweep.core.training.recipe import mine_errors
 
 DATA_CHUNK_STEPS = 32  # batches sampled per call: amortises sampling overhead over many steps
@@ -105,6 +106,7 @@ class TrainResult:
     stop_reason: str = ""
     eval_size: int = 0  # distinct held-out problems per evaluation (confirm.eval_problems)
     step_mode: str = ""  # "captured" (one CUDA graph per step) or "eager (<why>)": step.py
+    layout: str = ""  # "tiny" or "reference", with why: choose_layout
 
     @property
     def examples_per_s(self) -> float:
@@ -232,10 +234,36 @@ def micro_batches(cfg: TrainConfig, device: torch.device) -> int:
     return max(1, min(cfg.batch_size, (cfg.seeds * cfg.batch_size) // per_call))
 
 
+# Above this many parameters `layout: auto` keeps the reference layout: its GEMMs pay once the
+# widths are tens (measured with `arithsweep bench`, see the README's tiny-model table)
+TINY_MAX_PARAMS = 1000
+
+
+def choose_layout(model_cfg: ModelConfig, cfg: TrainConfig, device: torch.device,
+                  ) -> tuple[str, str]:
+    """(layout, why) for TrainConfig.layout: "tiny" or "reference", and the reason."""
+    if cfg.layout == "reference":
+        return "reference", "asked for"
+    why = unsupported(model_cfg, device)
+    if cfg.layout == "tiny":
+        if why is not None:
+            raise ConfigError(f"train config: layout='tiny': {why}")
+        return "tiny", "asked for"
+    if why is not None:
+        return "reference", why
+    if cfg.compile:
+        return "reference", "compile=true compiles the reference loss"
+    n = count_params(model_cfg)
+    if n > TINY_MAX_PARAMS:
+        return "reference", f"{n} parameters (tiny pays up to {TINY_MAX_PARAMS})"
+    return "tiny", f"{n} parameters, one block"
+
+
 def _loss_fn(model: ArithTransformer, tokens: torch.Tensor, mask: torch.Tensor,
-             start: int = 0) -> torch.Tensor:
+             start: int = 0, active: torch.Tensor | None = None) -> torch.Tensor:
     """Per-seed mean cross entropy over answer tokens: (K,). Input positions before `start`
-    never predict an answer token, so they are not unembedded at all."""
+    never predict an answer token, so they are not unembedded at all. `active` is for layouts
+    that can skip members (the tiny one); this one computes them all and the step masks."""
     logits = model(tokens[..., :-1], from_pos=start)  # (K, B, T-1-start, V)
     target, mask = tokens[..., start + 1:], mask[..., start:]
     ce = F.cross_entropy(logits.flatten(0, 2), target.flatten(), reduction="none")

@@ -1,0 +1,487 @@
+/* The tiny-model training kernel: loss and every gradient of a one-block transformer in one
+ * pass, for models whose widths are a handful of numbers (the AdderBoard frontier).
+ *
+ * Built and loaded by arithsweep/core/model/tiny_layout.py (C with GCC/Clang vector
+ * extensions; no Python or torch headers: the caller hands raw float32/int32 buffers). Lanes
+ * are sequences: a `vf` holds one number of L sequences, every activation is an array of
+ * them, so each operation of the model is one L-wide vector operation whatever the widths,
+ * and a tile of L sequences stays in L1/L2 from the embedding to the last gradient (the
+ * reference layout streams every intermediate through memory once per PyTorch op).
+ *
+ * Inputs are the *effective* weights (after ties, low-rank products and derived tables), so
+ * this file knows one architecture: pre-norm RMS (or no norm), H query heads over Hkv K/V
+ * heads, optional QK-norm and RoPE, a ReLU, GELU or SwiGLU MLP (or none), a final RMS norm (or
+ * none), an unembedding U, cross entropy on the answer positions [s, Ti). The gradient of
+ * sum(mask * ce) is added for every weight; the caller divides by the mask's sum.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef L
+#define L 16
+#endif
+typedef float vf __attribute__((vector_size(4 * L)));
+typedef int32_t vi __attribute__((vector_size(4 * L)));
+/* the caller's tokens and masks need not be vector-aligned */
+typedef vi vi_in __attribute__((aligned(4)));
+typedef vf vf_in __attribute__((aligned(4)));
+
+enum { F_POS = 1, F_NORM = 2, F_QKNORM = 4, F_ROPE = 8, F_ROPE_IL = 16, F_FINAL = 32,
+       F_RELU = 64, F_SWIGLU = 128, F_GELU = 256 };
+
+static inline vf vsplat(float x) { return (vf){0} + x; }
+static inline vf vmax(vf a, vf b) { vi m = a > b; return (vf)((m & (vi)a) | (~m & (vi)b)); }
+static inline vf vmin(vf a, vf b) { vi m = a < b; return (vf)((m & (vi)a) | (~m & (vi)b)); }
+static inline vf vsel(vi m, vf a) { return (vf)(m & (vi)a); } /* a where m, else 0 */
+
+/* e^x, Cephes' expf polynomial after x = n ln2 + r: |rel err| < 2e-7 on [-87, 88]. */
+static inline vf vexp(vf x) {
+    x = vmin(vmax(x, vsplat(-87.0f)), vsplat(88.0f));
+    vf z = x * 1.44269504088896341f;
+    vi n = __builtin_convertvector(z + vsel(z < 0, vsplat(-0.5f)) + vsel(z >= 0, vsplat(0.5f)), vi);
+    vf nf = __builtin_convertvector(n, vf);
+    vf r = x - nf * 0.693359375f + nf * 2.12194440e-4f;
+    vf p = vsplat(1.9875691500e-4f);
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    vf y = p * r * r + r + 1.0f;
+    return y * (vf)((n + 127) << 23);
+}
+
+/* erf by Abramowitz & Stegun 7.1.26 (|abs err| < 1.5e-7), odd-extended */
+static inline vf verf(vf x) {
+    vf ax = vmax(x, -x), t = 1.0f / (1.0f + 0.3275911f * ax);
+    vf y = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t
+            + 0.254829592f) * t;
+    y = 1.0f - y * vexp(-ax * ax);
+    return vsel(x >= 0, y) - vsel(x < 0, y);
+}
+
+static inline vf vrsqrt(vf x) { /* 1/sqrt lane by lane: a plain loop the compiler vectorises */
+    vf r;
+    for (int l = 0; l < L; l++) r[l] = 1.0f / sqrtf(x[l]);
+    return r;
+}
+
+static inline vf vlog(vf x) {
+    vf r;
+    for (int l = 0; l < L; l++) r[l] = logf(x[l]);
+    return r;
+}
+
+/* dims: Ti, s, d, H, Hkv, qk, vh, ff, V, flags, K, nT, Trope (the rope tables' row length) */
+typedef struct {
+    int Ti, s, d, H, Hkv, qk, vh, ff, V, flags, K, nT, Trope;
+} Dims;
+
+/* Where each weight's gradient starts inside one member's block, and the block size G. */
+typedef struct {
+    int E, P, g1, Wq, Wk, Wv, qn, kn, Wo, g2, Wg, Wu, Wd, gf, U, G;
+} Offs;
+
+static Offs offsets(const Dims *D) {
+    Offs o;
+    int f = D->flags, n = 0;
+    o.E = n; n += D->V * D->d;
+    o.P = n; n += (f & F_POS) ? D->Ti * D->d : 0;
+    o.g1 = n; n += (f & F_NORM) ? D->d : 0;
+    o.Wq = n; n += D->H * D->qk * D->d;
+    o.Wk = n; n += D->Hkv * D->qk * D->d;
+    o.Wv = n; n += D->Hkv * D->vh * D->d;
+    o.qn = n; n += (f & F_QKNORM) ? D->qk : 0;
+    o.kn = n; n += (f & F_QKNORM) ? D->qk : 0;
+    o.Wo = n; n += D->d * D->H * D->vh;
+    o.g2 = n; n += ((f & F_NORM) && D->ff) ? D->d : 0;
+    o.Wg = n; n += (f & F_SWIGLU) ? D->ff * D->d : 0;
+    o.Wu = n; n += D->ff * D->d;
+    o.Wd = n; n += D->d * D->ff;
+    o.gf = n; n += ((f & F_NORM) && (f & F_FINAL)) ? D->d : 0;
+    o.U = n; n += D->V * D->d;
+    o.G = n;
+    return o;
+}
+
+/* out[16]: the offsets above, then G */
+void tiny_offsets(const int *dims, int *out) {
+    Offs o = offsets((const Dims *)dims);
+    memcpy(out, &o, sizeof o);
+}
+
+/* y = x * r, r = 1/sqrt(mean(x^2) + eps), over a vector of width w. */
+static void rms_fwd(const vf *x, vf *y, vf *r, int w, float eps) {
+    vf acc = {0};
+    for (int j = 0; j < w; j++) acc += x[j] * x[j];
+    *r = vrsqrt(acc / (float)w + eps);
+    for (int j = 0; j < w; j++) y[j] = x[j] * *r;
+}
+
+/* Backward of y = rms(x): dx += r * (dy - y * mean(dy * y)). */
+static void rms_bwd(const vf *y, vf r, const vf *dy, vf *dx, int w) {
+    vf m = {0};
+    for (int j = 0; j < w; j++) m += dy[j] * y[j];
+    m /= (float)w;
+    for (int j = 0; j < w; j++) dx[j] += r * (dy[j] - y[j] * m);
+}
+
+/* out[o] (+)= sum_i W[o][i] in[i], W (no, ni) row-major. */
+static void matvec(const float *W, const vf *in, vf *out, int no, int ni, int acc) {
+    for (int o = 0; o < no; o++) {
+        vf a = acc ? out[o] : (vf){0};
+        for (int i = 0; i < ni; i++) a += W[o * ni + i] * in[i];
+        out[o] = a;
+    }
+}
+
+/* din[i] += sum_o W[o][i] dout[o] (din may be NULL); gW[o][i] += dout[o] in[i] per lane. */
+static void matvec_bwd(const float *W, const vf *in, const vf *dout, vf *din, vf *gW, int no,
+                       int ni) {
+    for (int o = 0; o < no; o++)
+        for (int i = 0; i < ni; i++) {
+            gW[o * ni + i] += dout[o] * in[i];
+            if (din) din[i] += W[o * ni + i] * dout[o];
+        }
+}
+
+/* RoPE on one head of width w at position t, in place; sign -1 turns back (the backward). */
+static void rope_apply(vf *x, const float *cs, const float *sn, int t, int Trope, int w, int il,
+                       float sign) {
+    int half = w / 2;
+    for (int i = 0; i < half; i++) {
+        int a = il ? 2 * i : i, b = il ? 2 * i + 1 : i + half;
+        float c = cs[i * Trope + t], s = sign * sn[i * Trope + t];
+        vf xa = x[a], xb = x[b];
+        x[a] = xa * c - xb * s;
+        x[b] = xb * c + xa * s;
+    }
+}
+
+/* QK-norm then RoPE of one head: raw -> hat (normed, unweighted), r, out (what attention reads) */
+static void qk_fwd(const Dims *D, const vf *raw, vf *hat, vf *r, vf *out, const float *w,
+                   const float *cs, const float *sn, int t, float eps) {
+    int qk = D->qk;
+    if (D->flags & F_QKNORM) {
+        rms_fwd(raw, hat, r, qk, eps);
+        for (int c = 0; c < qk; c++) out[c] = hat[c] * w[c];
+    } else {
+        memcpy(out, raw, sizeof(vf) * qk);
+    }
+    if (D->flags & F_ROPE) rope_apply(out, cs, sn, t, D->Trope, qk, D->flags & F_ROPE_IL, 1.0f);
+}
+
+/* ... and back: d (gradient at `out`, overwritten) -> gradient at `raw`; gw += weight grads */
+static void qk_bwd(const Dims *D, vf *d, const vf *hat, vf r, const float *w, vf *gw,
+                   const float *cs, const float *sn, int t, vf *scratch) {
+    int qk = D->qk;
+    if (D->flags & F_ROPE) rope_apply(d, cs, sn, t, D->Trope, qk, D->flags & F_ROPE_IL, -1.0f);
+    if (D->flags & F_QKNORM) {
+        for (int c = 0; c < qk; c++) {
+            gw[c] += d[c] * hat[c];
+            scratch[c] = d[c] * w[c];
+            d[c] = (vf){0};
+        }
+        rms_bwd(hat, r, scratch, d, qk);
+    }
+}
+
+typedef struct {
+    const float *E, *P, *g1, *Wq, *Wk, *Wv, *qn, *kn, *Wo, *g2, *Wg, *Wu, *Wd, *gf, *U;
+} Weights;
+
+static size_t ws_size(const Dims *D) { /* vf count of `tile`'s workspace */
+    int Ti = D->Ti, Tq = D->Ti - D->s, d = D->d, nq = D->H * D->qk, nk = D->Hkv * D->qk;
+    int nv = D->Hkv * D->vh, no = D->H * D->vh, ff = D->ff;
+    return (size_t)Ti * (5 * d + 1 + 4 * nk + D->Hkv + 2 * nv + 1)
+         + (size_t)Tq * (3 * nq + D->H + D->H * Ti + no + 6 * d + 2 + 3 * ff + D->V)
+         + 4 * d + 3 * ff + no + nq + D->qk;
+}
+
+/* One tile of L sequences of one member: loss += sum(mask * ce) per lane, gl[G] += its
+ * gradient per lane. tok (Ti + 1) vi rows, mask Tq rows. */
+static void tile(const Dims *D, const Offs *O, const Weights *W, const vi_in *tok,
+                 const vf_in *mask,
+                 const float *cs, const float *sn, float eps, float scale, vf *gl, vf *loss,
+                 vf *ws) {
+    const int Ti = D->Ti, s = D->s, Tq = Ti - D->s, d = D->d, H = D->H, Hkv = D->Hkv;
+    const int qk = D->qk, vh = D->vh, ff = D->ff, V = D->V, f = D->flags, g = H / Hkv;
+    const int nq = H * qk, nk = Hkv * qk, nv = Hkv * vh, no = H * vh, norm = f & F_NORM;
+    vf *p = ws;
+#define TAKE(name, n) vf *name = p; p += (n)
+    TAKE(x0, Ti * d); TAKE(r1, Ti); TAKE(y1, Ti * d); TAKE(h1, Ti * d);
+    TAKE(kraw, Ti * nk); TAKE(khat, Ti * nk); TAKE(rk, Ti * Hkv); TAKE(kr, Ti * nk);
+    TAKE(vv, Ti * nv);
+    TAKE(qraw, Tq * nq); TAKE(qhat, Tq * nq); TAKE(rq, Tq * H); TAKE(qr, Tq * nq);
+    TAKE(pr, Tq * H * Ti); TAKE(o, Tq * no);
+    TAKE(x1, Tq * d); TAKE(r2, Tq); TAKE(y2, Tq * d); TAKE(h2, Tq * d);
+    TAKE(gt, Tq * ff); TAKE(up, Tq * ff); TAKE(act, Tq * ff);
+    TAKE(x2, Tq * d); TAKE(rf, Tq); TAKE(yf, Tq * d); TAKE(hf, Tq * d);
+    TAKE(pz, Tq * V);
+    TAKE(dx0, Ti * d); TAKE(dh1, Ti * d); TAKE(dkr, Ti * nk); TAKE(dv, Ti * nv); TAKE(dp, Ti);
+    TAKE(d_hf, d); TAKE(d_x, d); TAKE(d_y, d); TAKE(d_act, ff); TAKE(d_gt, ff); TAKE(d_up, ff);
+    TAKE(d_o, no); TAKE(d_q, nq); TAKE(d_h, d); TAKE(d_qh, qk);
+#undef TAKE
+
+    /* ---- embedding x0[t] = E[tok[t]] + P[t]: a gather, lane by lane */
+    for (int t = 0; t < Ti; t++)
+        for (int j = 0; j < d; j++) {
+            vf x;
+            for (int l = 0; l < L; l++) x[l] = W->E[tok[t][l] * d + j];
+            x0[t * d + j] = (f & F_POS) ? x + W->P[t * d + j] : x;
+        }
+    /* ---- norm1; k and v at every position, q from s on */
+    for (int t = 0; t < Ti; t++) {
+        vf *h = h1 + t * d;
+        if (norm) {
+            rms_fwd(x0 + t * d, y1 + t * d, r1 + t, d, eps);
+            for (int j = 0; j < d; j++) h[j] = y1[t * d + j] * W->g1[j];
+        } else {
+            memcpy(h, x0 + t * d, sizeof(vf) * d);
+        }
+        matvec(W->Wk, h, kraw + t * nk, nk, d, 0);
+        matvec(W->Wv, h, vv + t * nv, nv, d, 0);
+        for (int hh = 0; hh < Hkv; hh++) {
+            int c0 = t * nk + hh * qk;
+            qk_fwd(D, kraw + c0, khat + c0, rk + t * Hkv + hh, kr + c0, W->kn, cs, sn, t, eps);
+        }
+    }
+    for (int i = 0; i < Tq; i++) {
+        int t = s + i;
+        matvec(W->Wq, h1 + t * d, qraw + i * nq, nq, d, 0);
+        for (int hh = 0; hh < H; hh++) {
+            int c0 = i * nq + hh * qk;
+            qk_fwd(D, qraw + c0, qhat + c0, rq + i * H + hh, qr + c0, W->qn, cs, sn, t, eps);
+        }
+    }
+    /* ---- causal attention of the answer queries, then the rest of the block */
+    for (int i = 0; i < Tq; i++) {
+        int t = s + i;
+        for (int hh = 0; hh < H; hh++) {
+            const vf *q = qr + i * nq + hh * qk;
+            const int hk = hh / g;
+            vf *pp = pr + (i * H + hh) * Ti, mx = vsplat(-INFINITY), sum = {0};
+            for (int u = 0; u <= t; u++) {
+                const vf *k = kr + u * nk + hk * qk;
+                vf a = {0};
+                for (int c = 0; c < qk; c++) a += q[c] * k[c];
+                pp[u] = a * scale;
+                mx = vmax(mx, pp[u]);
+            }
+            for (int u = 0; u <= t; u++) { pp[u] = vexp(pp[u] - mx); sum += pp[u]; }
+            sum = 1.0f / sum;
+            for (int u = 0; u <= t; u++) pp[u] *= sum;
+            vf *oo = o + i * no + hh * vh;
+            for (int c = 0; c < vh; c++) {
+                vf a = {0};
+                for (int u = 0; u <= t; u++) a += pp[u] * vv[u * nv + hk * vh + c];
+                oo[c] = a;
+            }
+        }
+        vf *xa = x1 + i * d, *xb = x2 + i * d, *hff = hf + i * d;
+        memcpy(xa, x0 + t * d, sizeof(vf) * d);
+        matvec(W->Wo, o + i * no, xa, d, no, 1);
+        memcpy(xb, xa, sizeof(vf) * d);
+        if (ff) {
+            vf *h = h2 + i * d;
+            if (norm) {
+                rms_fwd(xa, y2 + i * d, r2 + i, d, eps);
+                for (int j = 0; j < d; j++) h[j] = y2[i * d + j] * W->g2[j];
+            } else {
+                memcpy(h, xa, sizeof(vf) * d);
+            }
+            matvec(W->Wu, h, up + i * ff, ff, d, 0);
+            if (f & F_SWIGLU) {
+                matvec(W->Wg, h, gt + i * ff, ff, d, 0);
+                for (int c = 0; c < ff; c++) {
+                    vf z = gt[i * ff + c];
+                    act[i * ff + c] = z / (1.0f + vexp(-z)) * up[i * ff + c];
+                }
+            } else if (f & F_GELU) { /* exact (erf) GELU, as torch's default */
+                for (int c = 0; c < ff; c++) {
+                    vf u = up[i * ff + c];
+                    act[i * ff + c] = 0.5f * u * (1.0f + verf(u * 0.70710678118654752f));
+                }
+            } else {
+                for (int c = 0; c < ff; c++) act[i * ff + c] = vmax(up[i * ff + c], (vf){0});
+            }
+            matvec(W->Wd, act + i * ff, xb, d, ff, 1);
+        }
+        if (norm && (f & F_FINAL)) {
+            rms_fwd(xb, yf + i * d, rf + i, d, eps);
+            for (int j = 0; j < d; j++) hff[j] = yf[i * d + j] * W->gf[j];
+        } else {
+            memcpy(hff, xb, sizeof(vf) * d);
+        }
+        /* logits, softmax, cross entropy against tok[t + 1]; pz becomes dL/dz */
+        vf *z = pz + i * V, mx = vsplat(-INFINITY), sum = {0}, zt = {0};
+        const vi target = tok[t + 1];
+        matvec(W->U, hff, z, V, d, 0);
+        for (int v = 0; v < V; v++) {
+            mx = vmax(mx, z[v]);
+            zt += vsel(target == v, z[v]);
+        }
+        for (int v = 0; v < V; v++) { z[v] = vexp(z[v] - mx); sum += z[v]; }
+        const vf m = mask[i];
+        *loss += m * (mx + vlog(sum) - zt);
+        sum = m / sum;
+        for (int v = 0; v < V; v++) z[v] = z[v] * sum - vsel(target == v, m);
+    }
+
+    /* ================================ backward ================================ */
+    memset(dx0, 0, sizeof(vf) * Ti * d);
+    memset(dh1, 0, sizeof(vf) * Ti * d);
+    memset(dkr, 0, sizeof(vf) * Ti * nk);
+    memset(dv, 0, sizeof(vf) * Ti * nv);
+    for (int i = 0; i < Tq; i++) {
+        int t = s + i;
+        memset(d_hf, 0, sizeof(vf) * d);
+        matvec_bwd(W->U, hf + i * d, pz + i * V, d_hf, gl + O->U, V, d);
+        /* final norm -> d_x = dL/dx2 */
+        memset(d_x, 0, sizeof(vf) * d);
+        if (norm && (f & F_FINAL)) {
+            for (int j = 0; j < d; j++) {
+                gl[O->gf + j] += d_hf[j] * yf[i * d + j];
+                d_y[j] = d_hf[j] * W->gf[j];
+            }
+            rms_bwd(yf + i * d, rf[i], d_y, d_x, d);
+        } else {
+            memcpy(d_x, d_hf, sizeof(vf) * d);
+        }
+        /* MLP: through the residual d_x also becomes dL/dx1 */
+        if (ff) {
+            memset(d_act, 0, sizeof(vf) * ff);
+            matvec_bwd(W->Wd, act + i * ff, d_x, d_act, gl + O->Wd, d, ff);
+            for (int c = 0; c < ff; c++) {
+                int ix = i * ff + c;
+                if (f & F_SWIGLU) {
+                    vf z = gt[ix], sg = 1.0f / (1.0f + vexp(-z));
+                    d_up[c] = d_act[c] * z * sg;
+                    d_gt[c] = d_act[c] * up[ix] * sg * (1.0f + z * (1.0f - sg));
+                } else if (f & F_GELU) {
+                    vf u = up[ix], cdf = 0.5f * (1.0f + verf(u * 0.70710678118654752f));
+                    d_up[c] = d_act[c] * (cdf + u * 0.39894228040143268f * vexp(-0.5f * u * u));
+                } else {
+                    d_up[c] = vsel(up[ix] > 0.0f, d_act[c]);
+                }
+            }
+            memset(d_h, 0, sizeof(vf) * d);
+            matvec_bwd(W->Wu, h2 + i * d, d_up, d_h, gl + O->Wu, ff, d);
+            if (f & F_SWIGLU) matvec_bwd(W->Wg, h2 + i * d, d_gt, d_h, gl + O->Wg, ff, d);
+            if (norm) {
+                for (int j = 0; j < d; j++) {
+                    gl[O->g2 + j] += d_h[j] * y2[i * d + j];
+                    d_y[j] = d_h[j] * W->g2[j];
+                }
+                rms_bwd(y2 + i * d, r2[i], d_y, d_x, d);
+            } else {
+                for (int j = 0; j < d; j++) d_x[j] += d_h[j];
+            }
+        }
+        /* the residual carries dL/dx1 to x0[t]; Wo to the attention output */
+        for (int j = 0; j < d; j++) dx0[t * d + j] += d_x[j];
+        memset(d_o, 0, sizeof(vf) * no);
+        matvec_bwd(W->Wo, o + i * no, d_x, d_o, gl + O->Wo, d, no);
+        memset(d_q, 0, sizeof(vf) * nq);
+        for (int hh = 0; hh < H; hh++) {
+            const int hk = hh / g;
+            const vf *q = qr + i * nq + hh * qk, *pp = pr + (i * H + hh) * Ti;
+            const vf *doo = d_o + hh * vh;
+            vf *dq = d_q + hh * qk, pdp = {0};
+            for (int u = 0; u <= t; u++) { /* dp[u] = do . v[u]; dv[u] += p[u] do */
+                const vf *vu = vv + u * nv + hk * vh;
+                vf *dvu = dv + u * nv + hk * vh, a = {0};
+                for (int c = 0; c < vh; c++) {
+                    a += doo[c] * vu[c];
+                    dvu[c] += pp[u] * doo[c];
+                }
+                dp[u] = a;
+                pdp += pp[u] * a;
+            }
+            for (int u = 0; u <= t; u++) { /* softmax backward, then both score products */
+                vf ds = pp[u] * (dp[u] - pdp) * scale;
+                const vf *k = kr + u * nk + hk * qk;
+                vf *dk = dkr + u * nk + hk * qk;
+                for (int c = 0; c < qk; c++) {
+                    dq[c] += ds * k[c];
+                    dk[c] += ds * q[c];
+                }
+            }
+            int c0 = i * nq + hh * qk;
+            qk_bwd(D, dq, qhat + c0, rq[i * H + hh], W->qn, gl + O->qn, cs, sn, t, d_qh);
+        }
+        matvec_bwd(W->Wq, h1 + t * d, d_q, dh1 + t * d, gl + O->Wq, nq, d);
+    }
+    /* every position: keys back to their raw projection, then Wk, Wv, norm1, the embedding */
+    for (int u = 0; u < Ti; u++) {
+        for (int hh = 0; hh < Hkv; hh++) {
+            int c0 = u * nk + hh * qk;
+            qk_bwd(D, dkr + c0, khat + c0, rk[u * Hkv + hh], W->kn, gl + O->kn, cs, sn, u, d_qh);
+        }
+        vf *dh = dh1 + u * d, *dx = dx0 + u * d;
+        matvec_bwd(W->Wk, h1 + u * d, dkr + u * nk, dh, gl + O->Wk, nk, d);
+        matvec_bwd(W->Wv, h1 + u * d, dv + u * nv, dh, gl + O->Wv, nv, d);
+        if (norm) {
+            for (int j = 0; j < d; j++) {
+                gl[O->g1 + j] += dh[j] * y1[u * d + j];
+                d_y[j] = dh[j] * W->g1[j];
+            }
+            rms_bwd(y1 + u * d, r1[u], d_y, dx, d);
+        } else {
+            for (int j = 0; j < d; j++) dx[j] += dh[j];
+        }
+        if (f & F_POS)
+            for (int j = 0; j < d; j++) gl[O->P + u * d + j] += dx[j];
+        /* the token rows: a scatter, lane by lane (lane l's row is its own token's) */
+        for (int l = 0; l < L; l++) {
+            float *ge = (float *)(gl + O->E) + (size_t)tok[u][l] * d * L + l;
+            for (int j = 0; j < d; j++) ge[j * L] += dx[j][l];
+        }
+    }
+}
+
+/* Chunks[0 .. n) of work, each (member, first tile, end tile, slot): grad[slot][G] = the
+ * gradient of sum(mask * ce) over those tiles, loss[slot] = that sum. A chunk's result does
+ * not depend on which thread ran it or what else ran, so the caller's fixed-order sum of a
+ * member's chunks is the same in any pack and on any thread count. Weights are (K, ...)
+ * contiguous, w[j] NULL where absent; tok (K, nT, Ti + 1, L), mask (K, nT, Tq, L); cs/sn
+ * (qk/2, Trope). */
+void tiny_fwd_bwd(const int *dims, float eps, float scale, const int32_t *chunks, int n,
+                  const int32_t *tok, const float *mask, const float *const *w,
+                  const float *cs, const float *sn, float *grad, double *loss) {
+    const Dims *D = (const Dims *)dims;
+    const Offs O = offsets(D);
+    const int Ti = D->Ti, Tq = Ti - D->s, d = D->d, ff = D->ff, V = D->V;
+    const int nq = D->H * D->qk, nk = D->Hkv * D->qk, nv = D->Hkv * D->vh, no = D->H * D->vh;
+    const int sz[15] = {V * d, Ti * d, d, nq * d, nk * d, nv * d, D->qk, D->qk, d * no,
+                        d, ff * d, ff * d, d * ff, d, V * d};
+    vf *ws = aligned_alloc(sizeof(vf), sizeof(vf) * ws_size(D));
+    vf *gl = aligned_alloc(sizeof(vf), sizeof(vf) * (size_t)(O.G + 1));
+    for (int c = 0; c < n; c++) {
+        const int k = chunks[4 * c], slot = chunks[4 * c + 3];
+        const float *wk[15];
+        for (int j = 0; j < 15; j++) wk[j] = w[j] ? w[j] + (size_t)k * sz[j] : NULL;
+        const Weights Wt = {wk[0], wk[1], wk[2], wk[3], wk[4], wk[5], wk[6], wk[7], wk[8],
+                            wk[9], wk[10], wk[11], wk[12], wk[13], wk[14]};
+        vf lossl = {0};
+        memset(gl, 0, sizeof(vf) * (size_t)O.G);
+        for (int t = chunks[4 * c + 1]; t < chunks[4 * c + 2]; t++) {
+            size_t it = (size_t)k * D->nT + t;
+            tile(D, &O, &Wt, (const vi_in *)(tok + it * (Ti + 1) * L),
+                 (const vf_in *)(mask + it * Tq * L), cs, sn, eps, scale, gl, &lossl, ws);
+        }
+        float *gk = grad + (size_t)slot * O.G;
+        for (int j = 0; j < O.G; j++) {
+            float a = 0.0f;
+            for (int l = 0; l < L; l++) a += gl[j][l];
+            gk[j] = a;
+        }
+        double a = 0.0;
+        for (int l = 0; l < L; l++) a += lossl[l];
+        loss[slot] = a;
+    }
+    free(ws);
+    free(gl);
+}

@@ -1,0 +1,275 @@
+"""The tiny-model layout: a one-block model's training loss and gradients from one C kernel.
+
+At the AdderBoard frontier (d_model 2-8, a few dozen to a few hundred parameters) a training
+step in the reference layout is memory traffic: every PyTorch op streams a (d x B*T) or
+(T x T) intermediate through memory for a handful of flops per element. `tiny_kernel.c` runs a
+whole sequence, forward and backward, with L = 16 sequences side by side in vector lanes, so a
+tile never leaves the cache. PyTorch still owns everything around it: the ties, low-rank
+products and derived tables are formed by the model's own functions (`core/model/weights.py`)
+into *effective* weights, the kernel returns the gradient of each, and autograd carries those
+back to the parameters; clipping and AdamW are unchanged.
+
+The kernel is C99 with no Python or torch headers, compiled once per machine with the system C
+compiler into ~/.cache/arithsweep (or $ARITHSWEEP_CACHE) and loaded with ctypes; without a
+compiler the layout is unavailable and training uses the reference layout. Work is split over
+torch's intra-op thread count in Python threads (ctypes releases the GIL).
+
+    from arithsweep.core.model.tiny_layout import tiny_loss, unsupported
+    unsupported(model.cfg, "cpu")                 # None, or why this model cannot use it
+    losses = tiny_loss(model, tokens, mask, start)  # (K,), as training's reference loss
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from arithsweep.core.model.layers import _EPS
+from arithsweep.core.model.weights import attn_weights, mlp_weights, token_table
+
+LANES = 16  # sequences per tile: one AVX-512 register of float32 (two AVX2 ones)
+CHUNK = 4  # tiles per unit of work: 64 sequences, so even one seed's batch feeds two threads
+_SOURCE = Path(__file__).with_name("tiny_kernel.c")
+# no -ffast-math: the vector code is explicit, so IEEE arithmetic costs nothing and keeps the
+# kernel's numbers the reference layout's to float32 rounding
+_FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-shared", "-fPIC", f"-DL={LANES}"]
+F_POS, F_NORM, F_QKNORM, F_ROPE, F_ROPE_IL, F_FINAL, F_RELU, F_SWIGLU, F_GELU = (
+    1 << i for i in range(9))
+_lib: ctypes.CDLL | None = None
+_lib_error: str | None = None
+_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+
+
+def unsupported(cfg, device: str | torch.device) -> str | None:
+    """Why the model `cfg` cannot train in this layout on `device`, or None if it can."""
+    if torch.device(device).type != "cpu":
+        return "the tiny kernel is for CPUs"
+    why = [(cfg.n_layers != 1, f"{cfg.n_layers} layers (one block only)"),
+           (cfg.n_loops != 1, "looped blocks"),
+           (cfg.norm not in ("rms", "none"), f"norm {cfg.norm!r} (rms or none only)"),
+           (cfg.attn_bias or cfg.mlp_bias or cfg.unembed_bias, "biases"),
+           (cfg.pos == "abacus", "abacus positions (they read the tokens)")]
+    for bad, reason in why:
+        if bad:
+            return reason
+    return load_error()
+
+
+def load_error() -> str | None:
+    """None once the kernel is built and loaded, else why it is not (no C compiler, ...)."""
+    _load()
+    return _lib_error
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("ARITHSWEEP_CACHE") or Path.home() / ".cache" / "arithsweep"
+    return Path(root) / "kernels"
+
+
+def _cpu_flags() -> str:
+    # -march=native code is only valid on the CPU it was built for: a cluster sharing a home
+    # directory gets one build per CPU kind
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return line
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _load() -> None:
+    global _lib, _lib_error
+    with _lock:
+        if _lib is not None or _lib_error is not None:
+            return
+        cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+        if cc is None:
+            _lib_error = "no C compiler (cc) to build the tiny kernel"
+            return
+        src = _SOURCE.read_bytes()
+        key = hashlib.sha256(src + " ".join([cc, *_FLAGS, _cpu_flags()]).encode()).hexdigest()
+        so = _cache_dir() / f"tiny_kernel-{key[:16]}.so"
+        try:
+            if not so.exists():
+                so.parent.mkdir(parents=True, exist_ok=True)
+                # built beside its final name, then renamed: trials starting together on one
+                # machine never load a half-written library
+                fd, tmp = tempfile.mkstemp(suffix=".so", dir=so.parent)
+                os.close(fd)
+                run = subprocess.run([cc, *_FLAGS, "-o", tmp, str(_SOURCE), "-lm"],
+                                     capture_output=True, text=True)
+                if run.returncode:
+                    os.unlink(tmp)
+                    last = (run.stderr.strip().splitlines() or ["?"])[-1]
+                    _lib_error = f"the tiny kernel did not compile: {last}"
+                    return
+                os.replace(tmp, so)
+            lib = ctypes.CDLL(str(so))
+        except OSError as e:
+            _lib_error = f"the tiny kernel could not be built or loaded: {e}"
+            return
+        p = ctypes.c_void_p
+        lib.tiny_offsets.argtypes = [p, p]
+        lib.tiny_fwd_bwd.argtypes = [p, ctypes.c_float, ctypes.c_float, p, ctypes.c_int,
+                                     p, p, p, p, p, p, p]
+        lib.tiny_fwd_bwd.restype = None
+        _lib = lib
+
+
+def _threads() -> ThreadPoolExecutor:
+    global _pool
+    n = max(1, torch.get_num_threads())
+    if _pool is None or _pool._max_workers != n:
+        _pool = ThreadPoolExecutor(n, thread_name_prefix="tiny-kernel")
+    return _pool
+
+
+def effective_weights(model) -> list[Tensor | None]:
+    """The 15 (K, ...) tensors the kernel reads, in its order: E, P, g1, Wq, Wk, Wv, q-norm,
+    k-norm, Wo, g2, W_gate, W_up, W_down, g_final, U. Formed by the model's own functions, so
+    every tie and derived table is the reference layout's; P (the added position rows) is
+    filled in by `tiny_loss`, which knows T."""
+    cfg, blk = model.cfg, model.layers[0]
+    a, m = blk.attn, blk.mlp
+    head = model.head.weight if cfg.unembed_head else None
+    emb = token_table(model.embed, cfg)  # (K, V, d)
+    wq, wk, wv, wo = attn_weights(a, cfg, head)
+    if cfg.tie_kv:
+        wk = wv = a.kv.matrix_t()
+    shared = model.shared_norm
+
+    def weight(norm) -> Tensor | None:
+        return None if cfg.norm == "none" else (shared if norm is None else norm).weight
+
+    qn = kn = None
+    if cfg.qk_norm != "none":
+        qn, kn = (a.q_norm, a.k_norm) if cfg.qk_norm == "head" else (a.qk_norm,) * 2
+    wg = wu = wd = g2 = None
+    if m is not None and cfg.d_ff:
+        wg, wu, wd = mlp_weights(m, cfg, head)
+        g2 = weight(blk.norm2)
+    gf = weight(model.final_norm) if cfg.final_norm else None
+    u = emb if cfg.tie_embeddings else model.unembed.weight.transpose(1, 2)
+    if cfg.unembed_head:
+        u = torch.bmm(emb[..., :cfg.tok_dims], head.transpose(1, 2))
+    return [emb, None, weight(blk.norm1), wq, wk, wv, qn, kn, wo, g2, wg, wu, wd, gf, u]
+
+
+class _TinyLoss(torch.autograd.Function):
+    """(K,) per-member mean masked cross entropy; forward computes the gradients too (a
+    training loss is always differentiated), backward scales them by the incoming (K,)."""
+
+    @staticmethod
+    def forward(ctx, dims: Tensor, tok: Tensor, mask: Tensor, cos: Tensor, sin: Tensor,
+                scale: float, members: Tensor, *w: Tensor | None) -> Tensor:
+        if (why := load_error()) is not None:
+            raise RuntimeError(why)
+        lib = _lib
+        assert lib is not None
+        K, n_tiles = int(dims[10]), int(dims[11])
+        offs = torch.zeros(16, dtype=torch.int32)
+        lib.tiny_offsets(dims.data_ptr(), offs.data_ptr())
+        G = int(offs[15])
+        ws = [None if t is None else t.detach().contiguous() for t in w]
+        ptrs = (ctypes.c_void_p * 15)(*[0 if t is None else t.data_ptr() for t in ws])
+        # chunks of CHUNK tiles of the members that train this step, spread over the threads;
+        # each writes its own slot, summed per member below in a fixed order
+        per = -(-n_tiles // CHUNK)
+        first = torch.arange(per) * CHUNK
+        chunks = torch.stack([members.repeat_interleave(per), first.repeat(members.numel()),
+                              (first + CHUNK).clamp(max=n_tiles).repeat(members.numel())], 1)
+        chunks = torch.cat([chunks, torch.arange(chunks.shape[0]).view(-1, 1)], 1)
+        chunks = chunks.to(torch.int32).contiguous()
+        n_chunks = chunks.shape[0]
+        n = min(max(1, torch.get_num_threads()), max(1, n_chunks))
+        bounds = [n_chunks * j // n for j in range(n + 1)]
+        parts = torch.zeros(max(1, n_chunks), G)
+        part_loss = torch.zeros(max(1, n_chunks), dtype=torch.float64)
+
+        def part(j: int) -> None:
+            lib.tiny_fwd_bwd(dims.data_ptr(), _EPS, scale,
+                             chunks.data_ptr() + 16 * bounds[j], bounds[j + 1] - bounds[j],
+                             tok.data_ptr(), mask.data_ptr(), ptrs, cos.data_ptr(),
+                             sin.data_ptr(), parts.data_ptr(), part_loss.data_ptr())
+
+        futures = [_threads().submit(part, j) for j in range(1, n)]
+        part(0)
+        for fut in futures:
+            fut.result()
+        # per member: its chunks in order, so the sum is the same in any pack
+        grads, loss = torch.zeros(K, G), torch.zeros(K, dtype=torch.float64)
+        if n_chunks:
+            gm = parts[:n_chunks].view(-1, per, G)
+            lm = part_loss[:n_chunks].view(-1, per)
+            acc, lacc = gm[:, 0].clone(), lm[:, 0].clone()
+            for c in range(1, per):
+                acc += gm[:, c]
+                lacc += lm[:, c]
+            grads[members], loss[members] = acc, lacc
+        msum = mask.sum((1, 2, 3), dtype=torch.float64).clamp(min=1)  # (K,)
+        g = grads / msum.view(K, 1).float()  # (K, G)
+        ctx.grads = [None if t is None else g[:, int(offs[i]):int(offs[i]) + t[0].numel()]
+                     .view_as(t) for i, t in enumerate(ws)]
+        return (loss / msum).float()
+
+    @staticmethod
+    def backward(ctx, gout: Tensor):
+        grads = [None if g is None else g * gout.view(-1, *([1] * (g.dim() - 1)))
+                 for g in ctx.grads]
+        return (None,) * 7 + tuple(grads)
+
+
+def tiny_loss(model, tokens: Tensor, mask: Tensor, start: int = 0,
+              active: Tensor | None = None) -> Tensor:
+    """Training's reference loss (`training.train._loss_fn`) in the tiny layout: tokens
+    (K, B, T) int, mask (K, B, T-1) -> (K,) mean cross entropy over answer tokens from
+    `start` on, differentiable to every parameter. `active` (K,) bool: members outside it
+    (stopped or failed) are not computed at all (loss and gradient 0). Needs
+    `unsupported(cfg, "cpu")` to be None."""
+    cfg, K = model.cfg, model.k
+    if tokens.dim() == 2:
+        tokens, mask = tokens.expand(K, -1, -1), mask.expand(K, -1, -1)
+    _, B, T = tokens.shape
+    Ti = T - 1
+    n_tiles = -(-B // LANES)
+    pad = n_tiles * LANES - B
+    mask = mask[..., start:].float()
+    if pad:  # padded sequences weigh nothing
+        tokens = torch.nn.functional.pad(tokens, (0, 0, 0, pad))
+        mask = torch.nn.functional.pad(mask, (0, 0, 0, pad))
+    # sequences to lanes: (K, B, T) -> (K, tiles, T, L)
+    tok = tokens.view(K, n_tiles, LANES, T).transpose(2, 3).to(torch.int32).contiguous()
+    lmask = mask.view(K, n_tiles, LANES, -1).transpose(2, 3).contiguous()
+    w = effective_weights(model)
+    rows = model.position_rows(Ti)
+    if rows is not None:
+        w[1] = rows.expand(K, -1, -1)
+    flags = ((F_POS if w[1] is not None else 0) | (F_NORM if cfg.norm == "rms" else 0)
+             | (F_QKNORM if cfg.qk_norm != "none" else 0) | (F_FINAL if cfg.final_norm else 0))
+    if cfg.pos == "rope":
+        flags |= F_ROPE | (F_ROPE_IL if cfg.rope_pairs == "interleaved" else 0)
+        cos, sin = model.rope_cos, model.rope_sin  # (qk/2, n_ctx)
+    else:
+        cos = sin = torch.zeros(1, 1)
+    ff = cfg.d_ff if w[11] is not None else 0
+    if ff:
+        flags |= {"swiglu": F_SWIGLU, "relu": F_RELU, "gelu": F_GELU}[cfg.activation]
+    dims = torch.tensor([Ti, start, cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.qk_head,
+                         cfg.v_head, ff, cfg.vocab_size, flags, K, n_tiles, cos.shape[1]],
+                        dtype=torch.int32)
+    members = torch.arange(K) if active is None else active.nonzero().flatten()
+    return _TinyLoss.apply(dims, tok, lmask, cos.contiguous(), sin.contiguous(),
+                           cfg.qk_head ** -0.5, members, *w)
