@@ -31,18 +31,24 @@ EXTRA = {
                                   activation="gelu", d_ff=5),
     "grouped-kv-interleaved-rope": dict(n_heads=4, n_kv_heads=2, d_model=4, d_head=2,
                                         d_vhead=3, rope_pairs="interleaved", qk_norm="shared"),
+    "layernorm-own-norms-bias": dict(norm="layer", d_model=6, n_heads=2, d_head=3, d_vhead=3,
+                                     pos="learned", activation="relu", d_ff=8),
+    "layernorm-shared-no-bias": dict(norm="layer", norm_bias=False, share_norms=True),
 }
 ALL = {**CASES, **EXTRA}
 
 
 def _model(cfg: ModelConfig, k: int = 3) -> ArithTransformer:
     model = ArithTransformer(cfg, k=k, seeds=list(range(10, 10 + k)))
-    with torch.no_grad():  # tie numbers off their neutral start, low-rank B off zero
-        for n, p in model.named_parameters():
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():  # tie numbers, norms and biases off their neutral start, low-rank
+        for n, p in model.named_parameters():  # B off zero: each then shapes the loss
+            if "norm" in n:
+                p.add_(0.2 * torch.randn(p.shape, generator=g))
             if n.endswith(("angle", "scale", "spiral")):
                 p.add_(torch.linspace(-0.6, 0.7, k).view(k, *[1] * (p.dim() - 1)))
             if n.endswith("o.B"):
-                p.normal_(0, 0.5, generator=torch.Generator().manual_seed(3))
+                p.normal_(0, 0.5, generator=g)
     return model
 
 

@@ -9,8 +9,8 @@
  * reference layout streams every intermediate through memory once per PyTorch op).
  *
  * Inputs are the *effective* weights (after ties, low-rank products and derived tables), so
- * this file knows one architecture: pre-norm RMS (or no norm), H query heads over Hkv K/V
- * heads, optional QK-norm and RoPE, a ReLU, GELU or SwiGLU MLP (or none), a final RMS norm (or
+ * this file knows one architecture: pre-norm RMS or LayerNorm (or no norm), H query heads over Hkv K/V
+ * heads, optional QK-norm and RoPE, a ReLU, GELU or SwiGLU MLP (or none), a final norm (or
  * none), an unembedding U, cross entropy on the answer positions [s, Ti). The gradient of
  * sum(mask * ce) is added for every weight; the caller divides by the mask's sum.
  */
@@ -29,7 +29,7 @@ typedef vi vi_in __attribute__((aligned(4)));
 typedef vf vf_in __attribute__((aligned(4)));
 
 enum { F_POS = 1, F_NORM = 2, F_QKNORM = 4, F_ROPE = 8, F_ROPE_IL = 16, F_FINAL = 32,
-       F_RELU = 64, F_SWIGLU = 128, F_GELU = 256 };
+       F_RELU = 64, F_SWIGLU = 128, F_GELU = 256, F_LAYER = 512, F_NBIAS = 1024 };
 
 static inline vf vsplat(float x) { return (vf){0} + x; }
 static inline vf vmax(vf a, vf b) { vi m = a > b; return (vf)((m & (vi)a) | (~m & (vi)b)); }
@@ -81,7 +81,7 @@ typedef struct {
 
 /* Where each weight's gradient starts inside one member's block, and the block size G. */
 typedef struct {
-    int E, P, g1, Wq, Wk, Wv, qn, kn, Wo, g2, Wg, Wu, Wd, gf, U, G;
+    int E, P, g1, Wq, Wk, Wv, qn, kn, Wo, g2, Wg, Wu, Wd, gf, U, b1, b2, bf, G;
 } Offs;
 
 static Offs offsets(const Dims *D) {
@@ -102,30 +102,58 @@ static Offs offsets(const Dims *D) {
     o.Wd = n; n += D->d * D->ff;
     o.gf = n; n += ((f & F_NORM) && (f & F_FINAL)) ? D->d : 0;
     o.U = n; n += D->V * D->d;
+    int nb = (f & F_NBIAS) ? D->d : 0; /* LayerNorm shifts, beside g1, g2, gf */
+    o.b1 = n; n += nb;
+    o.b2 = n; n += D->ff ? nb : 0;
+    o.bf = n; n += (f & F_FINAL) ? nb : 0;
     o.G = n;
     return o;
 }
 
-/* out[16]: the offsets above, then G */
+/* out[19]: the offsets above, then G */
 void tiny_offsets(const int *dims, int *out) {
     Offs o = offsets((const Dims *)dims);
     memcpy(out, &o, sizeof o);
 }
 
-/* y = x * r, r = 1/sqrt(mean(x^2) + eps), over a vector of width w. */
-static void rms_fwd(const vf *x, vf *y, vf *r, int w, float eps) {
-    vf acc = {0};
-    for (int j = 0; j < w; j++) acc += x[j] * x[j];
+/* y = x * r, r = 1/sqrt(mean(x^2) + eps), over a vector of width w; `center`: x - mean(x)
+ * in place of x (LayerNorm). */
+static void rms_fwd(const vf *x, vf *y, vf *r, int w, float eps, int center) {
+    vf acc = {0}, mu = {0};
+    if (center) {
+        for (int j = 0; j < w; j++) mu += x[j];
+        mu /= (float)w;
+    }
+    for (int j = 0; j < w; j++) acc += (x[j] - mu) * (x[j] - mu);
     *r = vrsqrt(acc / (float)w + eps);
-    for (int j = 0; j < w; j++) y[j] = x[j] * *r;
+    for (int j = 0; j < w; j++) y[j] = (x[j] - mu) * *r;
 }
 
-/* Backward of y = rms(x): dx += r * (dy - y * mean(dy * y)). */
-static void rms_bwd(const vf *y, vf r, const vf *dy, vf *dx, int w) {
-    vf m = {0};
-    for (int j = 0; j < w; j++) m += dy[j] * y[j];
+/* Backward of rms_fwd: dx += r * (dy - y * mean(dy * y)), and - mean(dy) when centred. */
+static void rms_bwd(const vf *y, vf r, const vf *dy, vf *dx, int w, int center) {
+    vf m = {0}, md = {0};
+    for (int j = 0; j < w; j++) {
+        m += dy[j] * y[j];
+        md += dy[j];
+    }
     m /= (float)w;
-    for (int j = 0; j < w; j++) dx[j] += r * (dy[j] - y[j] * m);
+    md = center ? md / (float)w : (vf){0};
+    for (int j = 0; j < w; j++) dx[j] += r * (dy[j] - md - y[j] * m);
+}
+
+/* A block norm's affine part: h = g * y (+ b). */
+static void affine(const vf *y, vf *h, const float *g, const float *b, int w) {
+    for (int j = 0; j < w; j++) h[j] = b ? y[j] * g[j] + b[j] : y[j] * g[j];
+}
+
+/* ... and its backward: gg += dh * y, gb += dh, dy = dh * g. */
+static void affine_bwd(const vf *y, const vf *dh, const float *g, vf *gg, vf *gb, vf *dy,
+                       int w) {
+    for (int j = 0; j < w; j++) {
+        gg[j] += dh[j] * y[j];
+        if (gb) gb[j] += dh[j];
+        dy[j] = dh[j] * g[j];
+    }
 }
 
 /* out[o] (+)= sum_i W[o][i] in[i], W (no, ni) row-major. */
@@ -165,7 +193,7 @@ static void qk_fwd(const Dims *D, const vf *raw, vf *hat, vf *r, vf *out, const 
                    const float *cs, const float *sn, int t, float eps) {
     int qk = D->qk;
     if (D->flags & F_QKNORM) {
-        rms_fwd(raw, hat, r, qk, eps);
+        rms_fwd(raw, hat, r, qk, eps, 0);
         for (int c = 0; c < qk; c++) out[c] = hat[c] * w[c];
     } else {
         memcpy(out, raw, sizeof(vf) * qk);
@@ -184,12 +212,13 @@ static void qk_bwd(const Dims *D, vf *d, const vf *hat, vf r, const float *w, vf
             scratch[c] = d[c] * w[c];
             d[c] = (vf){0};
         }
-        rms_bwd(hat, r, scratch, d, qk);
+        rms_bwd(hat, r, scratch, d, qk, 0);
     }
 }
 
 typedef struct {
-    const float *E, *P, *g1, *Wq, *Wk, *Wv, *qn, *kn, *Wo, *g2, *Wg, *Wu, *Wd, *gf, *U;
+    const float *E, *P, *g1, *Wq, *Wk, *Wv, *qn, *kn, *Wo, *g2, *Wg, *Wu, *Wd, *gf, *U, *b1,
+        *b2, *bf;
 } Weights;
 
 static size_t ws_size(const Dims *D) { /* vf count of `tile`'s workspace */
@@ -209,6 +238,9 @@ static void tile(const Dims *D, const Offs *O, const Weights *W, const vi_in *to
     const int Ti = D->Ti, s = D->s, Tq = Ti - D->s, d = D->d, H = D->H, Hkv = D->Hkv;
     const int qk = D->qk, vh = D->vh, ff = D->ff, V = D->V, f = D->flags, g = H / Hkv;
     const int nq = H * qk, nk = Hkv * qk, nv = Hkv * vh, no = H * vh, norm = f & F_NORM;
+    const int ctr = f & F_LAYER; /* LayerNorm: centre before scaling */
+    vf *gb1 = (f & F_NBIAS) ? gl + O->b1 : NULL, *gb2 = (f & F_NBIAS) ? gl + O->b2 : NULL;
+    vf *gbf = (f & F_NBIAS) ? gl + O->bf : NULL;
     vf *p = ws;
 #define TAKE(name, n) vf *name = p; p += (n)
     TAKE(x0, Ti * d); TAKE(r1, Ti); TAKE(y1, Ti * d); TAKE(h1, Ti * d);
@@ -236,8 +268,8 @@ static void tile(const Dims *D, const Offs *O, const Weights *W, const vi_in *to
     for (int t = 0; t < Ti; t++) {
         vf *h = h1 + t * d;
         if (norm) {
-            rms_fwd(x0 + t * d, y1 + t * d, r1 + t, d, eps);
-            for (int j = 0; j < d; j++) h[j] = y1[t * d + j] * W->g1[j];
+            rms_fwd(x0 + t * d, y1 + t * d, r1 + t, d, eps, ctr);
+            affine(y1 + t * d, h, W->g1, W->b1, d);
         } else {
             memcpy(h, x0 + t * d, sizeof(vf) * d);
         }
@@ -287,8 +319,8 @@ static void tile(const Dims *D, const Offs *O, const Weights *W, const vi_in *to
         if (ff) {
             vf *h = h2 + i * d;
             if (norm) {
-                rms_fwd(xa, y2 + i * d, r2 + i, d, eps);
-                for (int j = 0; j < d; j++) h[j] = y2[i * d + j] * W->g2[j];
+                rms_fwd(xa, y2 + i * d, r2 + i, d, eps, ctr);
+                affine(y2 + i * d, h, W->g2, W->b2, d);
             } else {
                 memcpy(h, xa, sizeof(vf) * d);
             }
@@ -310,8 +342,8 @@ static void tile(const Dims *D, const Offs *O, const Weights *W, const vi_in *to
             matvec(W->Wd, act + i * ff, xb, d, ff, 1);
         }
         if (norm && (f & F_FINAL)) {
-            rms_fwd(xb, yf + i * d, rf + i, d, eps);
-            for (int j = 0; j < d; j++) hff[j] = yf[i * d + j] * W->gf[j];
+            rms_fwd(xb, yf + i * d, rf + i, d, eps, ctr);
+            affine(yf + i * d, hff, W->gf, W->bf, d);
         } else {
             memcpy(hff, xb, sizeof(vf) * d);
         }
@@ -342,11 +374,8 @@ static void tile(const Dims *D, const Offs *O, const Weights *W, const vi_in *to
         /* final norm -> d_x = dL/dx2 */
         memset(d_x, 0, sizeof(vf) * d);
         if (norm && (f & F_FINAL)) {
-            for (int j = 0; j < d; j++) {
-                gl[O->gf + j] += d_hf[j] * yf[i * d + j];
-                d_y[j] = d_hf[j] * W->gf[j];
-            }
-            rms_bwd(yf + i * d, rf[i], d_y, d_x, d);
+            affine_bwd(yf + i * d, d_hf, W->gf, gl + O->gf, gbf, d_y, d);
+            rms_bwd(yf + i * d, rf[i], d_y, d_x, d, ctr);
         } else {
             memcpy(d_x, d_hf, sizeof(vf) * d);
         }
@@ -371,11 +400,8 @@ static void tile(const Dims *D, const Offs *O, const Weights *W, const vi_in *to
             matvec_bwd(W->Wu, h2 + i * d, d_up, d_h, gl + O->Wu, ff, d);
             if (f & F_SWIGLU) matvec_bwd(W->Wg, h2 + i * d, d_gt, d_h, gl + O->Wg, ff, d);
             if (norm) {
-                for (int j = 0; j < d; j++) {
-                    gl[O->g2 + j] += d_h[j] * y2[i * d + j];
-                    d_y[j] = d_h[j] * W->g2[j];
-                }
-                rms_bwd(y2 + i * d, r2[i], d_y, d_x, d);
+                affine_bwd(y2 + i * d, d_h, W->g2, gl + O->g2, gb2, d_y, d);
+                rms_bwd(y2 + i * d, r2[i], d_y, d_x, d, ctr);
             } else {
                 for (int j = 0; j < d; j++) d_x[j] += d_h[j];
             }
@@ -424,11 +450,8 @@ static void tile(const Dims *D, const Offs *O, const Weights *W, const vi_in *to
         matvec_bwd(W->Wk, h1 + u * d, dkr + u * nk, dh, gl + O->Wk, nk, d);
         matvec_bwd(W->Wv, h1 + u * d, dv + u * nv, dh, gl + O->Wv, nv, d);
         if (norm) {
-            for (int j = 0; j < d; j++) {
-                gl[O->g1 + j] += dh[j] * y1[u * d + j];
-                d_y[j] = dh[j] * W->g1[j];
-            }
-            rms_bwd(y1 + u * d, r1[u], d_y, dx, d);
+            affine_bwd(y1 + u * d, dh, W->g1, gl + O->g1, gb1, d_y, d);
+            rms_bwd(y1 + u * d, r1[u], d_y, dx, d, ctr);
         } else {
             for (int j = 0; j < d; j++) dx[j] += dh[j];
         }
@@ -455,16 +478,17 @@ void tiny_fwd_bwd(const int *dims, float eps, float scale, const int32_t *chunks
     const Offs O = offsets(D);
     const int Ti = D->Ti, Tq = Ti - D->s, d = D->d, ff = D->ff, V = D->V;
     const int nq = D->H * D->qk, nk = D->Hkv * D->qk, nv = D->Hkv * D->vh, no = D->H * D->vh;
-    const int sz[15] = {V * d, Ti * d, d, nq * d, nk * d, nv * d, D->qk, D->qk, d * no,
-                        d, ff * d, ff * d, d * ff, d, V * d};
+    const int sz[18] = {V * d, Ti * d, d, nq * d, nk * d, nv * d, D->qk, D->qk, d * no,
+                        d, ff * d, ff * d, d * ff, d, V * d, d, d, d};
     vf *ws = aligned_alloc(sizeof(vf), sizeof(vf) * ws_size(D));
     vf *gl = aligned_alloc(sizeof(vf), sizeof(vf) * (size_t)(O.G + 1));
     for (int c = 0; c < n; c++) {
         const int k = chunks[4 * c], slot = chunks[4 * c + 3];
-        const float *wk[15];
-        for (int j = 0; j < 15; j++) wk[j] = w[j] ? w[j] + (size_t)k * sz[j] : NULL;
+        const float *wk[18];
+        for (int j = 0; j < 18; j++) wk[j] = w[j] ? w[j] + (size_t)k * sz[j] : NULL;
         const Weights Wt = {wk[0], wk[1], wk[2], wk[3], wk[4], wk[5], wk[6], wk[7], wk[8],
-                            wk[9], wk[10], wk[11], wk[12], wk[13], wk[14]};
+                            wk[9], wk[10], wk[11], wk[12], wk[13], wk[14], wk[15], wk[16],
+                            wk[17]};
         vf lossl = {0};
         memset(gl, 0, sizeof(vf) * (size_t)O.G);
         for (int t = chunks[4 * c + 1]; t < chunks[4 * c + 2]; t++) {

@@ -44,8 +44,9 @@ _SOURCE = Path(__file__).with_name("tiny_kernel.c")
 # no -ffast-math: the vector code is explicit, so IEEE arithmetic costs nothing and keeps the
 # kernel's numbers the reference layout's to float32 rounding
 _FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-shared", "-fPIC", f"-DL={LANES}"]
-F_POS, F_NORM, F_QKNORM, F_ROPE, F_ROPE_IL, F_FINAL, F_RELU, F_SWIGLU, F_GELU = (
-    1 << i for i in range(9))
+(F_POS, F_NORM, F_QKNORM, F_ROPE, F_ROPE_IL, F_FINAL, F_RELU, F_SWIGLU, F_GELU, F_LAYER,
+ F_NBIAS) = (1 << i for i in range(11))
+N_WEIGHTS = 18  # effective_weights' list
 _lib: ctypes.CDLL | None = None
 _lib_error: str | None = None
 _lock = threading.Lock()
@@ -58,7 +59,6 @@ def unsupported(cfg, device: str | torch.device) -> str | None:
         return "the tiny kernel is for CPUs"
     why = [(cfg.n_layers != 1, f"{cfg.n_layers} layers (one block only)"),
            (cfg.n_loops != 1, "looped blocks"),
-           (cfg.norm not in ("rms", "none"), f"norm {cfg.norm!r} (rms or none only)"),
            (cfg.attn_bias or cfg.mlp_bias or cfg.unembed_bias, "biases"),
            (cfg.pos == "abacus", "abacus positions (they read the tokens)")]
     for bad, reason in why:
@@ -138,10 +138,11 @@ def _threads() -> ThreadPoolExecutor:
 
 
 def effective_weights(model) -> list[Tensor | None]:
-    """The 15 (K, ...) tensors the kernel reads, in its order: E, P, g1, Wq, Wk, Wv, q-norm,
-    k-norm, Wo, g2, W_gate, W_up, W_down, g_final, U. Formed by the model's own functions, so
-    every tie and derived table is the reference layout's; P (the added position rows) is
-    filled in by `tiny_loss`, which knows T."""
+    """The N_WEIGHTS (K, ...) tensors the kernel reads, in its order: E, P, g1, Wq, Wk, Wv,
+    q-norm, k-norm, Wo, g2, W_gate, W_up, W_down, g_final, U, then the LayerNorm shifts b1,
+    b2, b_final. Formed by the model's own functions, so every tie and derived table is the
+    reference layout's; P (the added position rows) is filled in by `tiny_loss`, which
+    knows T. None where the model has no such tensor."""
     cfg, blk = model.cfg, model.layers[0]
     a, m = blk.attn, blk.mlp
     head = model.head.weight if cfg.unembed_head else None
@@ -151,21 +152,24 @@ def effective_weights(model) -> list[Tensor | None]:
         wk = wv = a.kv.matrix_t()
     shared = model.shared_norm
 
-    def weight(norm) -> Tensor | None:
-        return None if cfg.norm == "none" else (shared if norm is None else norm).weight
+    def weight(norm, part: str = "weight") -> Tensor | None:
+        return None if cfg.norm == "none" else getattr(shared if norm is None else norm, part)
 
     qn = kn = None
     if cfg.qk_norm != "none":
         qn, kn = (a.q_norm, a.k_norm) if cfg.qk_norm == "head" else (a.qk_norm,) * 2
-    wg = wu = wd = g2 = None
+    wg = wu = wd = g2 = b2 = None
     if m is not None and cfg.d_ff:
         wg, wu, wd = mlp_weights(m, cfg, head)
-        g2 = weight(blk.norm2)
-    gf = weight(model.final_norm) if cfg.final_norm else None
+        g2, b2 = weight(blk.norm2), weight(blk.norm2, "bias")
+    gf = bf = None
+    if cfg.final_norm:
+        gf, bf = weight(model.final_norm), weight(model.final_norm, "bias")
     u = emb if cfg.tie_embeddings else model.unembed.weight.transpose(1, 2)
     if cfg.unembed_head:
         u = torch.bmm(emb[..., :cfg.tok_dims], head.transpose(1, 2))
-    return [emb, None, weight(blk.norm1), wq, wk, wv, qn, kn, wo, g2, wg, wu, wd, gf, u]
+    return [emb, None, weight(blk.norm1), wq, wk, wv, qn, kn, wo, g2, wg, wu, wd, gf, u,
+            weight(blk.norm1, "bias"), b2, bf]
 
 
 class _TinyLoss(torch.autograd.Function):
@@ -180,11 +184,11 @@ class _TinyLoss(torch.autograd.Function):
         lib = _lib
         assert lib is not None
         K, n_tiles = int(dims[10]), int(dims[11])
-        offs = torch.zeros(16, dtype=torch.int32)
+        offs = torch.zeros(N_WEIGHTS + 1, dtype=torch.int32)
         lib.tiny_offsets(dims.data_ptr(), offs.data_ptr())
-        G = int(offs[15])
+        G = int(offs[N_WEIGHTS])
         ws = [None if t is None else t.detach().contiguous() for t in w]
-        ptrs = (ctypes.c_void_p * 15)(*[0 if t is None else t.data_ptr() for t in ws])
+        ptrs = (ctypes.c_void_p * N_WEIGHTS)(*[0 if t is None else t.data_ptr() for t in ws])
         # chunks of CHUNK tiles of the members that train this step, spread over the threads;
         # each writes its own slot, summed per member below in a fixed order
         per = -(-n_tiles // CHUNK)
@@ -257,7 +261,8 @@ def tiny_loss(model, tokens: Tensor, mask: Tensor, start: int = 0,
     rows = model.position_rows(Ti)
     if rows is not None:
         w[1] = rows.expand(K, -1, -1)
-    flags = ((F_POS if w[1] is not None else 0) | (F_NORM if cfg.norm == "rms" else 0)
+    flags = ((F_POS if w[1] is not None else 0) | (F_NORM if cfg.norm != "none" else 0)
+             | (F_LAYER if cfg.norm == "layer" else 0) | (F_NBIAS if w[15] is not None else 0)
              | (F_QKNORM if cfg.qk_norm != "none" else 0) | (F_FINAL if cfg.final_norm else 0))
     if cfg.pos == "rope":
         flags |= F_ROPE | (F_ROPE_IL if cfg.rope_pairs == "interleaved" else 0)
