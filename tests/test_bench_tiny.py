@@ -17,12 +17,21 @@ def test_the_plain_model_is_the_87_parameter_model():
     assert plain(tokens[:, :-1]).shape == (4, task.seq_len - 1, task.vocab_size)
 
 
-def test_quick_tiny_rows_measure_every_layout_against_one_seed_and_the_plain_loop():
+def test_quick_tiny_rows_measure_each_layout_against_the_reference_and_the_plain_loop():
     lines: list[str] = []
     rows = tiny_rows(quick=True, device="cpu", log=lines.append)
     assert [r["layout"] for r in rows if r["model"] == "87p"] == [
-        "plain PyTorch loop", "1 seed", "4 seeds packed"]
+        "plain PyTorch loop", "reference, 1 seed", "reference, 8 seeds packed",
+        "tiny, 8 seeds packed", "default (train's choice), 8 seeds"]
     assert all(r["examples_per_s"] > 0 for r in rows)
-    one = next(r for r in rows if r["model"] == "87p" and r["layout"] == "1 seed")
-    assert one["vs_1_seed"] == 1.0 and one["vs_plain"] > 0
+    one = next(r for r in rows if r["model"] == "87p" and r["layout"] == "reference, 1 seed")
+    assert one["vs_1_seed"] == 1.0 and one["vs_plain"] > 0 and one["used"].startswith("ref")
+    # every row says which layout train really used: the default picks the tiny one here
+    default = [r for r in rows if r["layout"].startswith("default")]
+    assert len(default) == 2 and all(r["used"].startswith("tiny") for r in default)
+    best = max(r["examples_per_s"] for r in rows
+               if r["model"] == "87p" and r["layout"].startswith("reference"))
+    for r in rows:
+        if "vs_best_reference" in r and r["model"] == "87p":
+            assert abs(r["vs_best_reference"] * best - r["examples_per_s"]) < 1e-6 * best
     assert len(lines) == len(rows)

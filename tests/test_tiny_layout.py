@@ -122,7 +122,7 @@ def test_train_picks_the_layout_by_itself_and_explains_it():
     assert choose_layout(small, TrainConfig(layout="reference"), cpu) == ("reference",
                                                                           "asked for")
     assert choose_layout(small, TrainConfig(compile=True), cpu)[0] == "reference"
-    big = ModelConfig(vocab_size=14, n_ctx=35, d_model=32, n_heads=2, d_ff=64, norm="rms")
+    big = ModelConfig(vocab_size=14, n_ctx=35, d_model=128, n_heads=4, d_ff=256, norm="rms")
     layout, why = choose_layout(big, TrainConfig(), cpu)
     assert layout == "reference" and str(TINY_MAX_PARAMS) in why
     two = ModelConfig(**{**BASE, "n_layers": 2})

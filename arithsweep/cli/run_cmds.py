@@ -39,6 +39,7 @@ def train(
     seed: int = typer.Option(None, "--seed", help="first seed of the pack"),
     target: float = typer.Option(None, "--target", help="stop once a seed reaches this exact match"),
     device: str = typer.Option(None, "--device", help="auto | cpu | cuda | cuda:N"),
+    layout: str = typer.Option(None, "--layout", help="auto | reference | tiny: how a step computes its gradients (auto picks by model; README, 'Training layouts')"),
     sets: list[str] = typer.Option(None, "--set", help=SET_HELP),
     out_dir: Path = typer.Option(None, "--out", "-o", help="checkpoint directory (default runs/<task>-<time>)"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
@@ -51,7 +52,7 @@ def train(
 
     over = model_overrides(sets, d_model=d_model, n_layers=layers, n_heads=heads, d_ff=d_ff,
                             pos=pos, seeds=seeds, steps=steps, lr=lr, seed=seed,
-                            target=target, device=device)
+                            target=target, device=device, layout=layout)
     t, m, tc = build_configs(task, fmt, config, over)
     from arithsweep.core.api import train_job
 
@@ -71,7 +72,7 @@ def train(
         f"[bold]{res['final_exact_match']:.5f}[/] on {res['final_problems']} ({ok} target "
         f"{res['target']}) · {res['steps']} steps ({res['stop_reason']}) · "
         f"train {res['train_seconds']}s + full checks {res['check_seconds']}s · "
-        f"{res['examples_per_s']:,} examples/s on {res['device']}\n"
+        f"{res['examples_per_s']:,} examples/s on {res['device']}, layout {res['layout']}\n"
         f"checkpoint {res['checkpoint']}"
     )
 
@@ -181,10 +182,20 @@ def bench(
                         util, f"{r['vs_default_k1024']:.2f}x")
         out.print(tab)
     tab = table("tiny models (add10, batch 256 a seed): training layouts side by side",
-                ("model", "layout", "examples/s", "vs 1 seed", "vs plain loop"), right=True)
+                ("model", "layout", "examples/s", "vs 1 seed", "vs best reference",
+                 "vs plain loop"), right=True)
     for r in res.get("tiny", []):
-        vs1 = f"{r['vs_1_seed']:.2f}x" if "vs_1_seed" in r else "-"
-        vsp = f"{r['vs_plain']:.2f}x" if r.get("vs_plain") else "-"
-        tab.add_row(f"{r['model']} ({r['params']} p)", r["layout"],
-                    f"{r['examples_per_s']:,.0f}", vs1, vsp)
+        ratio = [f"{r[k]:.2f}x" if r.get(k) else "-"
+                 for k in ("vs_1_seed", "vs_best_reference", "vs_plain")]
+        name = r["layout"] + (f" -> {r['used']}" if r["layout"].startswith("default") else "")
+        tab.add_row(f"{r['model']} ({r['params']} p)", name, f"{r['examples_per_s']:,.0f}",
+                    *ratio)
     out.print(tab)
+    if res.get("tiny_crossover"):
+        tab = table("one-block add10 models, 8 seeds: where the tiny layout stops paying",
+                    ("parameters", "d_model", "reference ex/s", "tiny ex/s", "tiny / reference"),
+                    right=True)
+        for r in res["tiny_crossover"]:
+            tab.add_row(f"{r['params']:,}", str(r["d_model"]), f"{r['reference']:,.0f}",
+                        f"{r['tiny']:,.0f}", f"{r['tiny_vs_reference']:.2f}x")
+        out.print(tab)

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from arithsweep.core.bench_tiny import tiny_rows
+from arithsweep.core.bench_tiny import crossover_rows, tiny_rows
 from arithsweep.core.config import TrainConfig
 from arithsweep.core.data.tasks import get_task
 from arithsweep.core.evaluation.evaluate import exact_match, greedy_decode
@@ -251,4 +251,5 @@ def run_bench(quick: bool = False, device: str = "auto",
             "batch_per_seed": 128, "packing": rows, "exact_match": em,
             "population": population_rows(quick, dev, log),
             "sampler": sampler_throughput(task, 8, 2 if quick else 8, dev, log),
-            "tiny": tiny_rows(quick, dev, log)}
+            "tiny": tiny_rows(quick, dev, log),
+            "tiny_crossover": [] if quick or dev != "cpu" else crossover_rows(dev, log)}

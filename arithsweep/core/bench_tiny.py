@@ -12,8 +12,15 @@ arithmetic, so the layout that pays for 700-parameter models need not pay here. 
 
 Each layout trains for the same number of examples through `train()` (sampling, forward,
 backward, AdamW; one closing evaluation on 256 problems), after a short warm-up run of the
-same layout; the plain loop is `PlainAdder` below with `torch.optim.AdamW`, the model a reader
-would write with `nn.Embedding`, `scaled_dot_product_attention` and `nn.Linear`.
+same layout: the reference layout (the PyTorch model, `layout: reference`) packed several ways,
+the tiny layout (`layout: tiny`, core/model/tiny_layout.py), and `train`'s own choice for 8
+seeds (`layout: auto`, the default). The plain loop is `PlainAdder` below with
+`torch.optim.AdamW`, the model a reader would write with `nn.Embedding`,
+`scaled_dot_product_attention` and `nn.Linear`. Ratios are to the reference layout's 1 seed, to
+its best packing (what training used before the tiny layout) and to the plain loop.
+
+Then, without --quick, where the tiny layout stops paying: one-block add10 models of growing
+width, 8 seeds, tiny vs reference (`crossover_rows`; training.train.TINY_MAX_PARAMS).
 
     arithsweep bench            # these rows come after the packing rows
     arithsweep bench --quick
@@ -35,10 +42,20 @@ from arithsweep.core.model.model import ModelConfig, count_params
 from arithsweep.core.training.population import train
 
 BATCH = 256  # per seed, as the issue measured
-# (name, seeds, batch per seed, compile)
-LAYOUTS = (("1 seed", 1, BATCH, False), ("4 seeds packed", 4, BATCH, False),
-           ("8 seeds packed", 8, BATCH, False), ("64 seeds packed", 64, BATCH, False),
-           ("1 seed, batch 1024", 1, 1024, False), ("1 seed, torch.compile", 1, BATCH, True))
+# (name, seeds, batch per seed, compile, layout); the first is the `vs 1 seed` base
+LAYOUTS = (("reference, 1 seed", 1, BATCH, False, "reference"),
+           ("reference, 4 seeds packed", 4, BATCH, False, "reference"),
+           ("reference, 8 seeds packed", 8, BATCH, False, "reference"),
+           ("reference, 64 seeds packed", 64, BATCH, False, "reference"),
+           ("reference, 1 seed, batch 1024", 1, 1024, False, "reference"),
+           ("reference, 1 seed, torch.compile", 1, BATCH, True, "reference"),
+           ("tiny, 1 seed", 1, BATCH, False, "tiny"),
+           ("tiny, 8 seeds packed", 8, BATCH, False, "tiny"),
+           ("tiny, 64 seeds packed", 64, BATCH, False, "tiny"),
+           ("default (train's choice), 8 seeds", 8, BATCH, False, "auto"))
+QUICK = (0, 2, 7, 9)  # --quick: enough rows to see the ratio
+# one-block add10 shapes of growing width for the crossover rows: (d_model, heads, d_ff)
+WIDTHS = ((7, 1, 14), (16, 2, 32), (32, 4, 64), (64, 4, 128))
 
 
 def tiny_models() -> list[tuple[str, Any, ModelConfig]]:
@@ -111,17 +128,18 @@ def plain_loop(task, examples: int, seed: int = 0) -> float:
     return steps * BATCH / (time.perf_counter() - t0)
 
 
-def _layout(task, cfg: ModelConfig, k: int, batch: int, compile_: bool, examples: int,
-            device: str) -> float:
+def _layout(task, cfg: ModelConfig, k: int, batch: int, compile_: bool, layout: str,
+            examples: int, device: str) -> tuple[float, str]:
+    """(examples/s, the layout train used and why)."""
     def run(steps: int):
         tc = TrainConfig(steps=steps, seeds=k, batch_size=batch, eval_every=10**9,
                          eval_size=256, early_stop=False, warmup=10, compile=compile_,
-                         device=device)
+                         device=device, layout=layout)
         t0 = time.perf_counter()
         r = train(task, cfg, tc)
-        return r.examples / (time.perf_counter() - t0)
+        return r.examples / (time.perf_counter() - t0), r.layout
 
-    run(5)  # warm caches, the allocator (and the compiler's on-disk cache) once
+    run(5)  # warm caches, the allocator (and the compilers' on-disk caches) once
     return run(max(5, examples // (k * batch)))
 
 
@@ -130,7 +148,7 @@ def tiny_rows(quick: bool, device: str,
     """Examples/s of every layout on both bench models and of the plain loop (87p only), with
     each figure as a ratio to `1 seed` and to the plain loop, measured in this one run."""
     examples = 2**15 if quick else 2**19
-    layouts = LAYOUTS[:2] if quick else LAYOUTS
+    layouts = [LAYOUTS[i] for i in QUICK] if quick else LAYOUTS
     rows: list[dict[str, Any]] = []
     for label, task, cfg in tiny_models():
         mine: list[dict[str, Any]] = []
@@ -139,17 +157,39 @@ def tiny_rows(quick: bool, device: str,
             n_plain = sum(p.numel() for p in PlainAdder(task.vocab_size).parameters())
             mine.append({"model": label, "params": n_plain, "layout": "plain PyTorch loop",
                          "examples_per_s": plain})
-        figures = [(name, _layout(task, cfg, k, b, c, examples, device))
-                   for name, k, b, c in layouts]
+        figures = [(name, *_layout(task, cfg, k, b, c, lay, examples, device))
+                   for name, k, b, c, lay in layouts]
         base = figures[0][1]
-        for name, eps in figures:
+        best_ref = max(eps for name, eps, _ in figures if name.startswith("reference"))
+        for name, eps, used in figures:
             mine.append({"model": label, "params": count_params(cfg), "layout": name,
-                         "examples_per_s": eps, "vs_1_seed": eps / base,
+                         "used": used, "examples_per_s": eps, "vs_1_seed": eps / base,
+                         "vs_best_reference": eps / best_ref,
                          "vs_plain": eps / plain if plain else None})
         for r in mine if log else ():
-            extra = "" if "vs_1_seed" not in r else f", {r['vs_1_seed']:.2f}x 1 seed" + (
-                f", {r['vs_plain']:.2f}x plain" if r["vs_plain"] else "")
+            extra = "" if "vs_1_seed" not in r else (
+                f", {r['vs_best_reference']:.2f}x best reference"
+                + (f", {r['vs_plain']:.2f}x plain" if r["vs_plain"] else ""))
             log(f"tiny {label} ({r['params']} p) {r['layout']}: "
                 f"{r['examples_per_s']:,.0f} ex/s{extra}")
         rows += mine
+    return rows
+
+
+def crossover_rows(device: str, log: Callable[[str], None] | None = None,
+                   ) -> list[dict[str, Any]]:
+    """Tiny vs reference layout, 8 seeds, for one-block add10 models of growing width (layer
+    norm, learned positions, ReLU: the add10-742 recipe's family), 2^15 examples each."""
+    task = get_task("add10", "pad,revans,revops,delim")
+    rows = []
+    for d, h, ff in WIDTHS:
+        cfg = ModelConfig(vocab_size=task.vocab_size, n_ctx=task.n_ctx, d_model=d, n_heads=h,
+                          d_ff=ff, norm="layer", activation="relu", pos="learned")
+        eps = {lay: _layout(task, cfg, 8, BATCH, False, lay, 2**15, device)[0]
+               for lay in ("reference", "tiny")}
+        rows.append({"params": count_params(cfg), "d_model": d, "reference": eps["reference"],
+                     "tiny": eps["tiny"], "tiny_vs_reference": eps["tiny"] / eps["reference"]})
+        if log:
+            log(f"crossover {rows[-1]['params']} p: tiny {rows[-1]['tiny_vs_reference']:.2f}x "
+                "reference")
     return rows

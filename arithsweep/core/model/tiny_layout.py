@@ -172,68 +172,92 @@ def effective_weights(model) -> list[Tensor | None]:
             weight(blk.norm1, "bias"), b2, bf]
 
 
+class _Plan:
+    """What a call of one shape and one set of members needs beyond its data, made once:
+    the kernel's dims, the gradient offsets, and the work split into chunks of CHUNK tiles
+    (member, first tile, end tile, output slot), spread over the threads."""
+
+    def __init__(self, dims: tuple[int, ...], members: tuple[int, ...], threads: int):
+        lib = _lib
+        assert lib is not None
+        self.dims = torch.tensor(dims, dtype=torch.int32)
+        self.K, n_tiles = dims[10], dims[11]
+        offs = torch.zeros(N_WEIGHTS + 1, dtype=torch.int32)
+        lib.tiny_offsets(self.dims.data_ptr(), offs.data_ptr())
+        self.offs, self.G = offs.tolist()[:N_WEIGHTS], int(offs[N_WEIGHTS])
+        self.members = torch.tensor(members, dtype=torch.long)
+        self.all = members == tuple(range(self.K))
+        self.per = -(-n_tiles // CHUNK)  # chunks per member
+        rows = [(k, c * CHUNK, min(n_tiles, (c + 1) * CHUNK)) for k in members
+                for c in range(self.per)]
+        self.chunks = torch.tensor([(*r, i) for i, r in enumerate(rows)],
+                                   dtype=torch.int32).view(-1, 4)
+        self.n_chunks = len(rows)
+        n = min(max(1, threads), max(1, self.n_chunks))
+        self.bounds = [self.n_chunks * j // n for j in range(n + 1)]
+
+
+_plans: dict[tuple, _Plan] = {}
+
+
+def _plan(dims: tuple[int, ...], members: tuple[int, ...]) -> _Plan:
+    key = (dims, members, torch.get_num_threads())
+    plan = _plans.get(key)
+    if plan is None:
+        if len(_plans) > 64:  # a long search meets few shapes; stay bounded anyway
+            _plans.clear()
+        plan = _plans[key] = _Plan(dims, members, key[2])
+    return plan
+
+
 class _TinyLoss(torch.autograd.Function):
     """(K,) per-member mean masked cross entropy; forward computes the gradients too (a
     training loss is always differentiated), backward scales them by the incoming (K,)."""
 
     @staticmethod
-    def forward(ctx, dims: Tensor, tok: Tensor, mask: Tensor, cos: Tensor, sin: Tensor,
-                scale: float, members: Tensor, *w: Tensor | None) -> Tensor:
-        if (why := load_error()) is not None:
-            raise RuntimeError(why)
-        lib = _lib
+    def forward(ctx, plan: _Plan, tok: Tensor, mask: Tensor, cos: Tensor, sin: Tensor,
+                scale: float, *w: Tensor | None) -> Tensor:
+        lib, K, G = _lib, plan.K, plan.G
         assert lib is not None
-        K, n_tiles = int(dims[10]), int(dims[11])
-        offs = torch.zeros(N_WEIGHTS + 1, dtype=torch.int32)
-        lib.tiny_offsets(dims.data_ptr(), offs.data_ptr())
-        G = int(offs[N_WEIGHTS])
         ws = [None if t is None else t.detach().contiguous() for t in w]
         ptrs = (ctypes.c_void_p * N_WEIGHTS)(*[0 if t is None else t.data_ptr() for t in ws])
-        # chunks of CHUNK tiles of the members that train this step, spread over the threads;
-        # each writes its own slot, summed per member below in a fixed order
-        per = -(-n_tiles // CHUNK)
-        first = torch.arange(per) * CHUNK
-        chunks = torch.stack([members.repeat_interleave(per), first.repeat(members.numel()),
-                              (first + CHUNK).clamp(max=n_tiles).repeat(members.numel())], 1)
-        chunks = torch.cat([chunks, torch.arange(chunks.shape[0]).view(-1, 1)], 1)
-        chunks = chunks.to(torch.int32).contiguous()
-        n_chunks = chunks.shape[0]
-        n = min(max(1, torch.get_num_threads()), max(1, n_chunks))
-        bounds = [n_chunks * j // n for j in range(n + 1)]
-        parts = torch.zeros(max(1, n_chunks), G)
-        part_loss = torch.zeros(max(1, n_chunks), dtype=torch.float64)
+        parts = torch.empty(max(1, plan.n_chunks), G)  # every slot is written
+        part_loss = torch.empty(max(1, plan.n_chunks), dtype=torch.float64)
+        b = plan.bounds
 
         def part(j: int) -> None:
-            lib.tiny_fwd_bwd(dims.data_ptr(), _EPS, scale,
-                             chunks.data_ptr() + 16 * bounds[j], bounds[j + 1] - bounds[j],
+            lib.tiny_fwd_bwd(plan.dims.data_ptr(), _EPS, scale,
+                             plan.chunks.data_ptr() + 16 * b[j], b[j + 1] - b[j],
                              tok.data_ptr(), mask.data_ptr(), ptrs, cos.data_ptr(),
                              sin.data_ptr(), parts.data_ptr(), part_loss.data_ptr())
 
-        futures = [_threads().submit(part, j) for j in range(1, n)]
+        futures = [_threads().submit(part, j) for j in range(1, len(b) - 1)]
         part(0)
         for fut in futures:
             fut.result()
         # per member: its chunks in order, so the sum is the same in any pack
-        grads, loss = torch.zeros(K, G), torch.zeros(K, dtype=torch.float64)
-        if n_chunks:
-            gm = parts[:n_chunks].view(-1, per, G)
-            lm = part_loss[:n_chunks].view(-1, per)
-            acc, lacc = gm[:, 0].clone(), lm[:, 0].clone()
-            for c in range(1, per):
-                acc += gm[:, c]
-                lacc += lm[:, c]
-            grads[members], loss[members] = acc, lacc
-        msum = mask.sum((1, 2, 3), dtype=torch.float64).clamp(min=1)  # (K,)
-        g = grads / msum.view(K, 1).float()  # (K, G)
-        ctx.grads = [None if t is None else g[:, int(offs[i]):int(offs[i]) + t[0].numel()]
-                     .view_as(t) for i, t in enumerate(ws)]
+        gm = parts[:plan.n_chunks].view(-1, plan.per, G)
+        lm = part_loss[:plan.n_chunks].view(-1, plan.per)
+        acc, lacc = gm[:, 0].clone(), lm[:, 0].clone()
+        for c in range(1, plan.per):
+            acc += gm[:, c]
+            lacc += lm[:, c]
+        if plan.all:
+            grads, loss = acc, lacc
+        else:
+            grads, loss = torch.zeros(K, G), torch.zeros(K, dtype=torch.float64)
+            grads[plan.members], loss[plan.members] = acc, lacc
+        msum = mask.sum((1, 2, 3), dtype=torch.float64).clamp_(min=1)  # (K,)
+        grads /= msum.view(K, 1).float()
+        ctx.grads = [None if t is None else grads[:, o:o + t[0].numel()].view_as(t)
+                     for o, t in zip(plan.offs, ws)]
         return (loss / msum).float()
 
     @staticmethod
     def backward(ctx, gout: Tensor):
         grads = [None if g is None else g * gout.view(-1, *([1] * (g.dim() - 1)))
                  for g in ctx.grads]
-        return (None,) * 7 + tuple(grads)
+        return (None,) * 6 + tuple(grads)
 
 
 def tiny_loss(model, tokens: Tensor, mask: Tensor, start: int = 0,
@@ -272,9 +296,10 @@ def tiny_loss(model, tokens: Tensor, mask: Tensor, start: int = 0,
     ff = cfg.d_ff if w[11] is not None else 0
     if ff:
         flags |= {"swiglu": F_SWIGLU, "relu": F_RELU, "gelu": F_GELU}[cfg.activation]
-    dims = torch.tensor([Ti, start, cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.qk_head,
-                         cfg.v_head, ff, cfg.vocab_size, flags, K, n_tiles, cos.shape[1]],
-                        dtype=torch.int32)
-    members = torch.arange(K) if active is None else active.nonzero().flatten()
-    return _TinyLoss.apply(dims, tok, lmask, cos.contiguous(), sin.contiguous(),
-                           cfg.qk_head ** -0.5, members, *w)
+    if (why := load_error()) is not None:
+        raise RuntimeError(why)
+    dims = (Ti, start, cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.qk_head, cfg.v_head, ff,
+            cfg.vocab_size, flags, K, n_tiles, cos.shape[1])
+    members = tuple(range(K)) if active is None else tuple(active.nonzero().flatten().tolist())
+    return _TinyLoss.apply(_plan(dims, members), tok, lmask, cos.contiguous(),
+                           sin.contiguous(), cfg.qk_head ** -0.5, *w)

@@ -235,8 +235,9 @@ def micro_batches(cfg: TrainConfig, device: torch.device) -> int:
 
 
 # Above this many parameters `layout: auto` keeps the reference layout: its GEMMs pay once the
-# widths are tens (measured with `arithsweep bench`, see the README's tiny-model table)
-TINY_MAX_PARAMS = 1000
+# widths reach ~100 (one-block add10 models on a 2-core CPU, 8 seeds: tiny 1.5x the reference
+# at 36k parameters, 0.9x at 79k; `arithsweep bench`'s crossover rows, README)
+TINY_MAX_PARAMS = 40_000
 
 
 def choose_layout(model_cfg: ModelConfig, cfg: TrainConfig, device: torch.device,
