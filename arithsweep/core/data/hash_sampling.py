@@ -33,7 +33,7 @@ from torch import Tensor
 
 from arithsweep.core.config import TrainConfig
 from arithsweep.core.data.mix import carry_mode, carry_share, curriculum_cap, values_rows
-from arithsweep.core.data.sampling import _POW10, _digits
+from arithsweep.core.data.sampling import _pow10, _splice_carry
 from arithsweep.core.data.tasks import Task
 from arithsweep.core.errors import ConfigError
 
@@ -54,12 +54,18 @@ def _mix(x: Tensor) -> Tensor:
     return (x >> 16) ^ x
 
 
-def row_keys(seeds: Tensor, steps: Tensor, rows: int, cands: int) -> Tensor:
-    """Keys of every (step, seed, row, candidate): seeds (K,), steps (S,) int64 -> (S, K, rows,
-    cands) int64 in [0, 2**32). Seeds above 2**32 fold their high word in."""
+def step_keys(seeds: Tensor, steps: Tensor) -> Tensor:
+    """Key of every (step, seed): seeds (K,), steps (S,) int64 -> (S, K) int64 in [0, 2**32).
+    Seeds above 2**32 fold their high word in."""
     k = _mix((seeds & _M32) ^ 0x5EED)
     k = _mix(k ^ ((seeds >> 32) & _M32))  # (K,)
-    k = _mix(k[None, :] ^ (steps[:, None] & _M32))  # (S, K)
+    return _mix(k[None, :] ^ (steps[:, None] & _M32))  # (S, K)
+
+
+def row_keys(seeds: Tensor, steps: Tensor, rows: int, cands: int) -> Tensor:
+    """Keys of every (step, seed, row, candidate): seeds (K,), steps (S,) int64 -> (S, K, rows,
+    cands) int64 in [0, 2**32); candidate j of row r is keyed by counter r * cands + j."""
+    k = step_keys(seeds, steps)
     counter = torch.arange(rows * cands, device=k.device).view(rows, cands)
     return _mix(k[:, :, None, None] ^ counter)  # (S, K, rows, cands)
 
@@ -92,12 +98,6 @@ class _Words:
         return out
 
 
-def _pow10(x: Tensor) -> Tensor:
-    """10**x for int64 x in 0..18. torch.take: CPU advanced indexing of a small table by a long
-    index tensor is ~60x slower."""
-    return torch.take(_POW10.to(x.device), x)
-
-
 def _uniform(w: _Words, cap: Tensor, n: int) -> tuple[Tensor, Tensor]:
     """Length uniform in 1..cap, value uniform among numbers of that length: (N,), (N,)."""
     length = 1 + w.below(cap)
@@ -112,20 +112,15 @@ def _carry_pair(w: _Words, cap: Tensor, n: int,
     inside both operands, then uniform pairs summing to 9 up to a position `top` (patterns:
     top = g, random, or the longer operand's top digit, a third each)."""
     (la, a), (lb, b) = _uniform(w, cap, n), _uniform(w, cap, n)
-    da, db, pos = _digits(a, n), _digits(b, n), torch.arange(n, device=cap.device)
-    g = w.below(torch.minimum(la, lb))
-    top = g + w.below(torch.maximum(la, lb) - g)
+    lo, hi = torch.minimum(la, lb), torch.maximum(la, lb)
+    g = w.below(lo)
+    top = g + w.below(hi - g)
     if patterns:
         kind = w.below(3)
-        top = torch.where(kind == 0, g, torch.where(kind == 2, torch.maximum(la, lb) - 1, top))
-    span, at_g = (pos > g[:, None]) & (pos <= top[:, None]), pos == g[:, None]  # (N, n)
+        top = torch.where(kind == 0, g, torch.where(kind == 2, hi - 1, top))
     ga = 1 + w.below(9)
     gb = 10 - ga + w.below(ga)
-    free = _digits(w.number(n), n)
-    sa = torch.where(pos >= la[:, None], 0, torch.where(pos >= lb[:, None], 9, free))
-    pw = _POW10.to(cap.device)[:n]
-    a = (torch.where(at_g, ga[:, None], torch.where(span, sa, da)) * pw).sum(1)
-    return a, (torch.where(at_g, gb[:, None], torch.where(span, 9 - sa, db)) * pw).sum(1)
+    return _splice_carry(a, b, la, lb, g, top, ga, gb, w.number(n))
 
 
 # first word index of each part of a draw: far enough apart for 18-digit operands
@@ -141,6 +136,8 @@ def _mode_pair(m: int, w: _Words, cap: Tensor, op: Tensor, task: Task) -> tuple[
         hi = _pow10(cap)
         w.at(_VALUES_AT)
         return w.number(n) % hi, w.number(n) % hi
+    if task.op == "add" and m != 0:  # every row takes the carry pair: no uniform pair needed
+        return _carry_pair(w.at(_CARRY_AT), cap, n, pat)
     a, b = _uniform(w.at(_UNIFORM_AT), cap, n)[1], _uniform(w, cap, n)[1]
     if m == 0 or task.op == "mul":  # mul has no carry mode (Task.sample falls back to uniform)
         return a, b
@@ -166,8 +163,11 @@ def draw(key: Tensor, mode: Tensor, cap: Tensor, task: Task, used: frozenset[int
     knows from the config, no host sync). compact (CPU): each mode computed on its own rows
     only; else (CUDA: fixed shapes, no sync) every used mode on every row, the row's own kept.
     Both give the same rows, since each row is a pure function of its key, mode and cap."""
-    codes = torch.tensor(task.op_codes, device=key.device)
-    op = torch.take(codes, _Words(key).at(_OP_AT).below(len(codes)))
+    if len(task.op_codes) == 1:  # below(1) is always 0: no word to hash
+        op = torch.full_like(key, task.op_codes[0])
+    else:
+        codes = torch.tensor(task.op_codes, device=key.device)
+        op = torch.take(codes, _Words(key).at(_OP_AT).below(len(codes)))
     if len(used) == 1 or not compact:
         a = b = None
         for m in sorted(used):
@@ -226,49 +226,61 @@ class HashSampler:
 
     def problems(self, seeds: list[int], steps: list[int]) -> tuple[Tensor, Tensor, Tensor]:
         """a, b, op, each (S, K, B) int64 on the device: member k's batch at steps[s]."""
-        B, R, dev = self.cfg.batch_size, CANDIDATES, self.device
-        per = max(1, PIECE_ROWS // (len(seeds) * B * R))  # steps per piece
+        B, dev = self.cfg.batch_size, self.device
+        # compact hashes a row's later candidates only where the earlier ones were held out,
+        # so a piece holds one candidate per row there, all R of them on the fixed-shape path
+        per_step = len(seeds) * B * (1 if self.compact else CANDIDATES)
+        per = max(1, PIECE_ROWS // per_step)  # steps per piece
         parts = [self._piece(seeds, steps[i:i + per]) for i in range(0, len(steps), per)]
         if not parts:
             empty = torch.zeros(0, len(seeds), B, dtype=torch.int64, device=dev)
             return empty, empty, empty
+        if len(parts) == 1:
+            return parts[0]
         return tuple(torch.cat(p) for p in zip(*parts, strict=True))
+
+    def _modes(self, key0: Tensor, plans: list[tuple[int, int, int]],
+               ) -> tuple[Tensor, frozenset[int]]:
+        """Each row's mode (S, K, B) from its candidate-0 key, and the set of modes used."""
+        B, dev = self.cfg.batch_size, self.device
+        S, K = key0.shape[:2]
+        cm = _MODE[carry_mode(self.cfg)]  # 2, or 3 with MicroAdder's carry patterns
+        used = frozenset(m for p in plans
+                         for m, c in ((cm, p[1]), (1, p[2]), (0, B - p[1] - p[2])) if c)
+        n_carry = torch.tensor([p[1] for p in plans], device=dev)[:, None, None]  # (S, 1, 1)
+        n_values = torch.tensor([p[2] for p in plans], device=dev)[:, None, None]
+        if all(c in (0, B) for p in plans for c in p[1:]):  # one mode per batch: no shuffle
+            mode = torch.where(n_carry > 0, cm, torch.where(n_values > 0, 1, 0))
+            return mode.expand(S, K, B), used
+        # exact counts per batch at hashed positions: the rows of the n_carry smallest u are
+        # carry rows, the next n_values values rows. u is distinct within a batch, so a row's
+        # rank is below n exactly when its u is below the n-th smallest (one sort, no ranks)
+        u = _Words(key0).at(_RANK_AT)() * B + torch.arange(B, device=dev)  # (S, K, B)
+        top = torch.full((S, K, 1), torch.iinfo(torch.int64).max, device=dev)
+        srt = torch.cat((u.sort(dim=-1).values, top), -1)  # (S, K, B + 1)
+
+        def first(n: Tensor) -> Tensor:  # (S, K, B) bool: among the batch's n smallest u
+            return u < srt.gather(-1, n.expand(S, K, 1))
+
+        mode = torch.where(first(n_carry), cm, torch.where(first(n_carry + n_values), 1, 0))
+        return mode, used
 
     def _piece(self, seeds: list[int], steps: list[int]) -> tuple[Tensor, Tensor, Tensor]:
         B, R, dev = self.cfg.batch_size, CANDIDATES, self.device
         S, K = len(steps), len(seeds)
         plans = [self._plan(s) for s in steps]
-        keys = row_keys(torch.tensor(seeds, device=dev), torch.tensor(steps, device=dev),
-                        B, R)  # (S, K, B, R)
-        cap = torch.tensor([p[0] for p in plans], device=dev)[:, None, None]  # (S, 1, 1)
-        n_carry = torch.tensor([p[1] for p in plans], device=dev)[:, None, None]
-        n_values = torch.tensor([p[2] for p in plans], device=dev)[:, None, None]
-        # exact counts per batch at hashed positions: the rank of each row in a keyed shuffle
-        u = _Words(keys[..., 0]).at(_RANK_AT)() * B + torch.arange(B, device=dev)  # (S, K, B)
-        rank = u.argsort(dim=-1, stable=True).argsort(dim=-1, stable=True)
-        cm = _MODE[carry_mode(self.cfg)]  # 2, or 3 with MicroAdder's carry patterns
-        mode = torch.where(rank < n_carry, cm, torch.where(rank < n_carry + n_values, 1, 0))
-        used = frozenset(m for p in plans
-                         for m, c in ((cm, p[1]), (1, p[2]), (0, B - p[1] - p[2])) if c)
-        cap = cap.expand(S, K, B)
+        seeds_t, steps_t = torch.tensor(seeds, device=dev), torch.tensor(steps, device=dev)
+        k = step_keys(seeds_t, steps_t)  # (S, K)
+        key0 = _mix(k[:, :, None] ^ torch.arange(B, device=dev) * R)  # row_keys(...)[..., 0]
+        cap = torch.tensor([p[0] for p in plans], device=dev)[:, None, None].expand(S, K, B)
+        mode, used = self._modes(key0, plans)
         if self.compact:
-            # candidate j only for the rows whose candidates 0..j-1 were all held out
-            out = [torch.empty(S * K * B, dtype=torch.int64, device=dev) for _ in range(3)]
-            rows = torch.arange(S * K * B, device=dev)
-            key_f, mode_f, cap_f = keys.reshape(-1, R), mode.reshape(-1), cap.reshape(-1)
-            for j in range(R):
-                a, b, op = draw(key_f[rows, j], mode_f[rows], cap_f[rows], self.task, used, True)
-                ok = ~self.task._held(a, b, op)
-                for o, x in zip(out, (a, b, op)):
-                    o[rows[ok]] = x[ok]
-                rows = rows[~ok]
-            if rows.numel():  # all R held out: the pool, as _fallback does for every row
-                pool = self._fallback(key_f[rows, 0], cap_f[rows], mode_f[rows], plans, used)
-                for o, x in zip(out, pool):
-                    o[rows] = x
+            out = self._compact(k.reshape(-1), key0.reshape(-1), mode.reshape(-1),
+                                cap.reshape(-1), plans, used)
             return tuple(o.view(S, K, B) for o in out)
-        out = list(self._fallback(keys[..., 0], cap, mode, plans, used))  # (S, K, B) each
+        out = list(self._fallback(key0, cap, mode, plans, used))  # (S, K, B) each
         shape = (S, K, B, R)
+        keys = row_keys(seeds_t, steps_t, B, R)  # (S, K, B, R)
         a, b, op = draw(keys.reshape(-1), mode[..., None].expand(shape).reshape(-1),
                         cap[..., None].expand(shape).reshape(-1), self.task, used, False)
         held = self.task._held(a, b, op).view(shape)
@@ -277,6 +289,38 @@ class HashSampler:
             ok = ~held[..., j]
             out = [torch.where(ok, x[..., j], o) for x, o in zip((a, b, op), out)]
         return out[0], out[1], out[2]
+
+    def _compact(self, k: Tensor, key0: Tensor, mode: Tensor, cap: Tensor,
+                 plans: list[tuple[int, int, int]], used: frozenset[int],
+                 ) -> tuple[Tensor, Tensor, Tensor]:
+        """The CPU path on flat rows (N,): candidate 0 of every row, then candidates 1..R-1
+        (all in one call) of the ~1/16 rows whose candidate 0 is held out, then the pool for
+        rows whose R candidates all are. k: the (S*K,) step keys the rows' keys derive from."""
+        B, R = self.cfg.batch_size, CANDIDATES
+        out = draw(key0, mode, cap, self.task, used, True)
+        rows = self.task._held(*out).nonzero().squeeze(1)
+        if not rows.numel():
+            return out
+        if R > 1:
+            j = torch.arange(1, R, device=k.device)
+            keys = _mix(k[rows // B, None] ^ ((rows % B)[:, None] * R + j))  # (F, R-1)
+
+            def per_cand(x: Tensor) -> Tensor:
+                return x[rows, None].expand(-1, R - 1).reshape(-1)
+
+            more = draw(keys.reshape(-1), per_cand(mode), per_cand(cap), self.task, used, True)
+            ok = ~self.task._held(*more).view(-1, R - 1)  # (F, R-1)
+            # argmax of bool-as-int gives the first train-side candidate of each row
+            pick = torch.arange(rows.numel(), device=k.device) * (R - 1) + ok.byte().argmax(1)
+            found = ok.any(1)
+            for o, x in zip(out, more):
+                o[rows[found]] = x[pick[found]]
+            rows = rows[~found]
+        if rows.numel():  # all R held out: the pool, as _fallback does for every row
+            pool = self._fallback(key0[rows], cap[rows], mode[rows], plans, used)
+            for o, x in zip(out, pool):
+                o[rows] = x
+        return out
 
     def _fallback(self, key: Tensor, cap: Tensor, mode: Tensor, plans: list[tuple[int, int, int]],
                   used: frozenset[int]) -> tuple[Tensor, Tensor, Tensor]:
@@ -296,5 +340,6 @@ class HashSampler:
         bytes than int64; the model's forward widens it, the loss's targets need .long()."""
         a, b, op = self.problems(seeds, steps)
         shape = a.shape
-        tokens, mask = self.task.encode(a.reshape(-1), b.reshape(-1), op.reshape(-1))
-        return (tokens.to(torch.uint8).view(*shape, -1), mask.view(*shape, -1))
+        tokens, mask = self.task.encode(a.reshape(-1), b.reshape(-1), op.reshape(-1),
+                                        dtype=torch.uint8)
+        return tokens.view(*shape, -1), mask.view(*shape, -1)

@@ -292,9 +292,9 @@ class SortTask:
 
     # ---------------------------------------------------------------- tokens
 
-    def encode(self, a, b, op) -> tuple[Tensor, Tensor]:
-        """-> tokens (M, seq_len), answer_mask (M, seq_len - 1): True where input t predicts an
-        answer token (the last N targets, the same for every row)."""
+    def encode(self, a, b, op, dtype: torch.dtype = torch.int64) -> tuple[Tensor, Tensor]:
+        """-> tokens (M, seq_len) in `dtype`, answer_mask (M, seq_len - 1): True where input t
+        predicts an answer token (the last N targets, the same for every row)."""
         a, _, _ = self._check(a, b, op)
         m, n, dev = a.shape[0], self.n_items, a.device
         shift = 10 ** torch.arange(VALUE_DIGITS - 1, -1, -1, device=dev)  # msd first
@@ -309,7 +309,7 @@ class SortTask:
             prompt = digits.reshape(m, -1)  # (M, N*D)
         tokens = torch.cat([prompt, 10 + self.order(a)], 1)  # (M, seq_len)
         t = torch.arange(1, self.seq_len, device=dev)  # target positions
-        return tokens, (t >= self.prompt_len).unsqueeze(0).repeat(m, 1)  # (M, T-1)
+        return tokens.to(dtype), (t >= self.prompt_len).unsqueeze(0).repeat(m, 1)  # (M, T-1)
 
     def encode_prompt(self, a, b, op) -> list[list[int]]:
         """Prompts for greedy decoding, up to and including '=' (or the last value digit)."""
