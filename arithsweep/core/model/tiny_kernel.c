@@ -480,8 +480,18 @@ void tiny_fwd_bwd(const int *dims, float eps, float scale, const int32_t *chunks
     const int nq = D->H * D->qk, nk = D->Hkv * D->qk, nv = D->Hkv * D->vh, no = D->H * D->vh;
     const int sz[18] = {V * d, Ti * d, d, nq * d, nk * d, nv * d, D->qk, D->qk, d * no,
                         d, ff * d, ff * d, d * ff, d, V * d, d, d, d};
-    vf *ws = aligned_alloc(sizeof(vf), sizeof(vf) * ws_size(D));
-    vf *gl = aligned_alloc(sizeof(vf), sizeof(vf) * (size_t)(O.G + 1));
+    /* the thread's workspace, kept between calls: a fresh 100-KB-plus block would be mapped
+     * anew on every call, and each page fault costs microseconds */
+    static _Thread_local vf *keep = NULL;
+    static _Thread_local size_t kept = 0;
+    size_t need = ws_size(D) + (size_t)O.G + 1;
+    if (need > kept) {
+        free(keep);
+        keep = aligned_alloc(sizeof(vf), sizeof(vf) * need);
+        kept = keep ? need : 0;
+        if (!keep) return; /* out of memory: the caller sees a NaN loss (its buffers are NaN) */
+    }
+    vf *ws = keep, *gl = keep + ws_size(D);
     for (int c = 0; c < n; c++) {
         const int k = chunks[4 * c], slot = chunks[4 * c + 3];
         const float *wk[18];
@@ -506,6 +516,4 @@ void tiny_fwd_bwd(const int *dims, float eps, float scale, const int32_t *chunks
         for (int l = 0; l < L; l++) a += lossl[l];
         loss[slot] = a;
     }
-    free(ws);
-    free(gl);
 }

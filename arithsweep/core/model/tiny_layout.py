@@ -21,6 +21,7 @@ torch's intra-op thread count in Python threads (ctypes releases the GIL).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -29,6 +30,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -129,10 +131,9 @@ def _load() -> None:
         _lib = lib
 
 
-def _threads() -> ThreadPoolExecutor:
+def _threads(n: int) -> ThreadPoolExecutor:
     global _pool
-    n = max(1, torch.get_num_threads())
-    if _pool is None or _pool._max_workers != n:
+    if _pool is None or _pool._max_workers < n:
         _pool = ThreadPoolExecutor(n, thread_name_prefix="tiny-kernel")
     return _pool
 
@@ -200,8 +201,8 @@ class _Plan:
 _plans: dict[tuple, _Plan] = {}
 
 
-def _plan(dims: tuple[int, ...], members: tuple[int, ...]) -> _Plan:
-    key = (dims, members, torch.get_num_threads())
+def _plan(dims: tuple[int, ...], members: tuple[int, ...], threads: int) -> _Plan:
+    key = (dims, members, threads)
     plan = _plans.get(key)
     if plan is None:
         if len(_plans) > 64:  # a long search meets few shapes; stay bounded anyway
@@ -221,8 +222,9 @@ class _TinyLoss(torch.autograd.Function):
         assert lib is not None
         ws = [None if t is None else t.detach().contiguous() for t in w]
         ptrs = (ctypes.c_void_p * N_WEIGHTS)(*[0 if t is None else t.data_ptr() for t in ws])
-        parts = torch.empty(max(1, plan.n_chunks), G)  # every slot is written
-        part_loss = torch.empty(max(1, plan.n_chunks), dtype=torch.float64)
+        # every slot is written; NaN until then, so a kernel that could not run fails loudly
+        parts = torch.full((max(1, plan.n_chunks), G), float("nan"))
+        part_loss = torch.full((max(1, plan.n_chunks),), float("nan"), dtype=torch.float64)
         b = plan.bounds
 
         def part(j: int) -> None:
@@ -231,7 +233,7 @@ class _TinyLoss(torch.autograd.Function):
                              tok.data_ptr(), mask.data_ptr(), ptrs, cos.data_ptr(),
                              sin.data_ptr(), parts.data_ptr(), part_loss.data_ptr())
 
-        futures = [_threads().submit(part, j) for j in range(1, len(b) - 1)]
+        futures = [_threads(len(b) - 2).submit(part, j) for j in range(1, len(b) - 1)]
         part(0)
         for fut in futures:
             fut.result()
@@ -267,23 +269,52 @@ def tiny_loss(model, tokens: Tensor, mask: Tensor, start: int = 0,
     `start` on, differentiable to every parameter. `active` (K,) bool: members outside it
     (stopped or failed) are not computed at all (loss and gradient 0). Needs
     `unsupported(cfg, "cpu")` to be None."""
+    if (why := load_error()) is not None:
+        raise RuntimeError(why)
+    with kernel_threads() as threads:
+        return _apply(model, tokens, mask, start, active, threads)
+
+
+_kernel_threads = 0  # inside kernel_threads(): the threads torch had when it was entered
+
+
+@contextlib.contextmanager
+def kernel_threads() -> Iterator[int]:
+    """Inside, torch runs on one thread and the kernel on the threads torch had (yielded).
+
+    An OpenMP worker of torch spins for a while after each parallel op, on the core the
+    kernel's second thread needs: 2 kernel threads beside 2-thread torch ran at half the speed
+    of one. `tiny_loss` enters it itself; a training loop that wraps each whole step in it
+    (population.py) keeps the step's other torch ops from waking the workers too (~12% faster
+    on the 87-p model). Nested entries keep the outer count."""
+    global _kernel_threads
+    outer = _kernel_threads
+    n = outer or torch.get_num_threads()
+    _kernel_threads = n
+    torch.set_num_threads(1)
+    try:
+        yield n
+    finally:
+        _kernel_threads = outer
+        torch.set_num_threads(n if not outer else 1)
+
+
+def _apply(model, tokens: Tensor, mask: Tensor, start: int, active: Tensor | None,
+           threads: int) -> Tensor:
     cfg, K = model.cfg, model.k
     if tokens.dim() == 2:
         tokens, mask = tokens.expand(K, -1, -1), mask.expand(K, -1, -1)
     _, B, T = tokens.shape
-    Ti = T - 1
-    n_tiles = -(-B // LANES)
-    pad = n_tiles * LANES - B
+    Ti, n_tiles = T - 1, -(-B // LANES)
     mask = mask[..., start:].float()
-    if pad:  # padded sequences weigh nothing
+    if pad := n_tiles * LANES - B:  # padded sequences weigh nothing
         tokens = torch.nn.functional.pad(tokens, (0, 0, 0, pad))
         mask = torch.nn.functional.pad(mask, (0, 0, 0, pad))
     # sequences to lanes: (K, B, T) -> (K, tiles, T, L)
     tok = tokens.view(K, n_tiles, LANES, T).transpose(2, 3).to(torch.int32).contiguous()
     lmask = mask.view(K, n_tiles, LANES, -1).transpose(2, 3).contiguous()
     w = effective_weights(model)
-    rows = model.position_rows(Ti)
-    if rows is not None:
+    if (rows := model.position_rows(Ti)) is not None:
         w[1] = rows.expand(K, -1, -1)
     flags = ((F_POS if w[1] is not None else 0) | (F_NORM if cfg.norm != "none" else 0)
              | (F_LAYER if cfg.norm == "layer" else 0) | (F_NBIAS if w[15] is not None else 0)
@@ -296,10 +327,8 @@ def tiny_loss(model, tokens: Tensor, mask: Tensor, start: int = 0,
     ff = cfg.d_ff if w[11] is not None else 0
     if ff:
         flags |= {"swiglu": F_SWIGLU, "relu": F_RELU, "gelu": F_GELU}[cfg.activation]
-    if (why := load_error()) is not None:
-        raise RuntimeError(why)
     dims = (Ti, start, cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.qk_head, cfg.v_head, ff,
             cfg.vocab_size, flags, K, n_tiles, cos.shape[1])
     members = tuple(range(K)) if active is None else tuple(active.nonzero().flatten().tolist())
-    return _TinyLoss.apply(_plan(dims, members), tok, lmask, cos.contiguous(),
+    return _TinyLoss.apply(_plan(dims, members, threads), tok, lmask, cos.contiguous(),
                            sin.contiguous(), cfg.qk_head ** -0.5, *w)

@@ -18,6 +18,7 @@ pack ends once every proposal has stopped. `train()` is this with a single propo
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -32,7 +33,7 @@ from arithsweep.core.errors import ConfigError
 from arithsweep.core.evaluation.confirm import eval_problems, reached
 from arithsweep.core.evaluation.evaluate import EvalSet, answer_start, score
 from arithsweep.core.model.model import ArithTransformer, ModelConfig, count_params
-from arithsweep.core.model.tiny_layout import tiny_loss
+from arithsweep.core.model.tiny_layout import kernel_threads, tiny_loss
 from arithsweep.core.training.recipe import GrokfastEMA, grokfast_on, lbfgs_polish, wd_factors
 from arithsweep.core.training.step import PackStep, capture_blocker
 
@@ -205,8 +206,9 @@ def train_population(task: Task, model_cfg: ModelConfig, cfgs: Sequence[TrainCon
     lrs = _LrTable(cfgs, counts, device)
     layout, layout_why = T.choose_layout(model_cfg, c0, device)
     loss_fn = torch.compile(T._loss_fn, dynamic=False) if c0.compile else T._loss_fn
+    step_threads = contextlib.nullcontext
     if layout == "tiny":
-        loss_fn = tiny_loss
+        loss_fn, step_threads = tiny_loss, kernel_threads
     data = _PackStream(task, cfgs, device)
     ea, eb, eop = eval_problems(task, c0.eval_size, c0.train_digits)  # (N,) each
     eval_set = EvalSet(task, ea, eb, eop, device)  # encoded once, on the device
@@ -238,8 +240,9 @@ def train_population(task: Task, model_cfg: ModelConfig, cfgs: Sequence[TrainCon
             filtered = not filtered
             runner.grokfast = grokfast if filtered else None
         model.train()
-        tokens, mask = data.next(step)  # (K, B, T), (K, B, T-1)
-        runner(tokens, mask, lrs.at(step))
+        with step_threads():  # tiny layout: torch on one thread, the kernel on the rest
+            tokens, mask = data.next(step)  # (K, B, T), (K, B, T-1)
+            runner(tokens, mask, lrs.at(step))
         loss_n += 1
         step += 1
         for j, r in enumerate(results):
