@@ -83,6 +83,18 @@ def test_loss_and_every_gradient_match_the_reference_layout(name):
         torch.testing.assert_close(grad[n], gref[n], rtol=1e-5, atol=1e-5, msg=n)
 
 
+@pytest.mark.parametrize("name", list(ALL))
+def test_the_evaluation_forward_gives_the_model_s_logits(name):
+    cfg = ModelConfig(**{**BASE, **ALL[name]})
+    model = _model(cfg)
+    inputs = _batch(cfg, 1, 37)[0][0, :, :-1].to(torch.uint8)  # (37, T): shared by members
+    with torch.no_grad():
+        want = model(inputs, from_pos=19)  # (3, 37, T - 19, V)
+    # 1e-4 on raw logits: a LayerNorm of a nearly constant vector magnifies float32 rounding
+    # (2.5e-5 seen); the loss and gradients above hold to 1e-5
+    torch.testing.assert_close(TL.tiny_logits(model, inputs, 19), want, rtol=1e-4, atol=1e-4)
+
+
 def test_skipped_members_cost_nothing_and_change_nothing_for_the_rest():
     cfg = ModelConfig(**{**BASE, **EXTRA["87p-issue-model"]})
     model = _model(cfg, k=4)

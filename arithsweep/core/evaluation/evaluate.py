@@ -12,7 +12,7 @@ untrained models; greedy decoding stays for `arithsweep ask`, EOS formats and ex
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -25,6 +25,8 @@ from arithsweep.core.data.tasks import Task
 # loaded machine each extra chunk costs parallel-region barriers); on a GPU big enough to
 # amortise kernel launches.
 DEFAULT_CHUNK_TOKENS = 1 << 16
+# (model, inputs (n, T) uint8, from_pos) -> logits (K, n, T - from_pos, V)
+Forward = Callable[[torch.nn.Module, torch.Tensor, int], torch.Tensor]
 GPU_CHUNK_TOKENS = 1 << 22
 
 
@@ -86,7 +88,8 @@ class EvalSet:
         return a if isinstance(a, EvalSet) else cls(task, a, b, op, _device_of(model))
 
 
-def _passes(model: torch.nn.Module, es: EvalSet, chunk: int | None, positions: bool):
+def _passes(model: torch.nn.Module, es: EvalSet, chunk: int | None, positions: bool,
+            forward: Forward | None = None):
     """Exact match (K, N) bool on the device, and when `positions`, right answers per answer
     position (K, L) float64 on the device: one teacher-forced pass per chunk, no host sync."""
     model.eval()
@@ -94,7 +97,9 @@ def _passes(model: torch.nn.Module, es: EvalSet, chunk: int | None, positions: b
     hits = torch.zeros(K, L + 1, dtype=torch.float64, device=es.device) if positions else None
     out = []
     for s in _chunks(es.n, chunk or chunk_size(model, es.task)):
-        pred = model(es.inputs[s], from_pos=es.p0).argmax(-1)  # (K, n, L')
+        logits = forward(model, es.inputs[s], es.p0) if forward else \
+            model(es.inputs[s], from_pos=es.p0)
+        pred = logits.argmax(-1)  # (K, n, L')
         right = pred == es.targets[s]  # (K, n, L')
         if es.full:
             out.append(right.all(-1))
@@ -113,13 +118,15 @@ def _passes(model: torch.nn.Module, es: EvalSet, chunk: int | None, positions: b
 @torch.inference_mode()
 def score(
     model: torch.nn.Module, task: Task, a, b: torch.Tensor | None = None,
-    op: torch.Tensor | None = None, chunk: int | None = None,
+    op: torch.Tensor | None = None, chunk: int | None = None, forward: Forward | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact match, bool (K, N), and accuracy at each answer position, float (K, answer_len),
     from the same forward passes. Position accuracy shows digits stuck at chance. `a` may be
-    an EvalSet (then b and op are not given): no re-encoding. One host transfer at the end."""
+    an EvalSet (then b and op are not given): no re-encoding. One host transfer at the end.
+    `forward(model, inputs, from_pos)`: another computation of the model's logits (training
+    in the tiny layout scores with its kernel); verification always uses the model's own."""
     es = EvalSet.of(model, task, a, b, op)
-    ok, hits = _passes(model, es, chunk, True)
+    ok, hits = _passes(model, es, chunk, True, forward)
     return ok.cpu(), (hits.cpu() / es.seen.clamp(min=1)).float()
 
 

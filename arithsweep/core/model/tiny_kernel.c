@@ -230,11 +230,12 @@ static size_t ws_size(const Dims *D) { /* vf count of `tile`'s workspace */
 }
 
 /* One tile of L sequences of one member: loss += sum(mask * ce) per lane, gl[G] += its
- * gradient per lane. tok (Ti + 1) vi rows, mask Tq rows. */
+ * gradient per lane. tok (Ti + 1) vi rows, mask Tq rows. With `zout` (evaluation) only the
+ * forward runs: the answer positions' logits go to zout (Tq, V, L) and nothing else is
+ * written (mask, gl and loss are not read). */
 static void tile(const Dims *D, const Offs *O, const Weights *W, const vi_in *tok,
-                 const vf_in *mask,
-                 const float *cs, const float *sn, float eps, float scale, vf *gl, vf *loss,
-                 vf *ws) {
+                 const vf_in *mask, const float *cs, const float *sn, float eps, float scale,
+                 vf *gl, vf *loss, vf *ws, float *zout) {
     const int Ti = D->Ti, s = D->s, Tq = Ti - D->s, d = D->d, H = D->H, Hkv = D->Hkv;
     const int qk = D->qk, vh = D->vh, ff = D->ff, V = D->V, f = D->flags, g = H / Hkv;
     const int nq = H * qk, nk = Hkv * qk, nv = Hkv * vh, no = H * vh, norm = f & F_NORM;
@@ -351,6 +352,10 @@ static void tile(const Dims *D, const Offs *O, const Weights *W, const vi_in *to
         vf *z = pz + i * V, mx = vsplat(-INFINITY), sum = {0}, zt = {0};
         const vi target = tok[t + 1];
         matvec(W->U, hff, z, V, d, 0);
+        if (zout) {
+            memcpy(zout + (size_t)i * V * L, z, sizeof(vf) * V);
+            continue;
+        }
         for (int v = 0; v < V; v++) {
             mx = vmax(mx, z[v]);
             zt += vsel(target == v, z[v]);
@@ -362,6 +367,7 @@ static void tile(const Dims *D, const Offs *O, const Weights *W, const vi_in *to
         for (int v = 0; v < V; v++) z[v] = z[v] * sum - vsel(target == v, m);
     }
 
+    if (zout) return;
     /* ================================ backward ================================ */
     memset(dx0, 0, sizeof(vf) * Ti * d);
     memset(dh1, 0, sizeof(vf) * Ti * d);
@@ -471,9 +477,9 @@ static void tile(const Dims *D, const Offs *O, const Weights *W, const vi_in *to
  * member's chunks is the same in any pack and on any thread count. Weights are (K, ...)
  * contiguous, w[j] NULL where absent; tok (K, nT, Ti + 1, L), mask (K, nT, Tq, L); cs/sn
  * (qk/2, Trope). */
-void tiny_fwd_bwd(const int *dims, float eps, float scale, const int32_t *chunks, int n,
-                  const int32_t *tok, const float *mask, const float *const *w,
-                  const float *cs, const float *sn, float *grad, double *loss) {
+static void run(const int *dims, float eps, float scale, const int32_t *chunks, int n,
+                const int32_t *tok, const float *mask, const float *const *w, const float *cs,
+                const float *sn, float *grad, double *loss, float *logits) {
     const Dims *D = (const Dims *)dims;
     const Offs O = offsets(D);
     const int Ti = D->Ti, Tq = Ti - D->s, d = D->d, ff = D->ff, V = D->V;
@@ -504,8 +510,10 @@ void tiny_fwd_bwd(const int *dims, float eps, float scale, const int32_t *chunks
         for (int t = chunks[4 * c + 1]; t < chunks[4 * c + 2]; t++) {
             size_t it = (size_t)k * D->nT + t;
             tile(D, &O, &Wt, (const vi_in *)(tok + it * (Ti + 1) * L),
-                 (const vf_in *)(mask + it * Tq * L), cs, sn, eps, scale, gl, &lossl, ws);
+                 mask ? (const vf_in *)(mask + it * Tq * L) : NULL, cs, sn, eps, scale, gl,
+                 &lossl, ws, logits ? logits + it * Tq * V * L : NULL);
         }
+        if (logits) continue;
         float *gk = grad + (size_t)slot * O.G;
         for (int j = 0; j < O.G; j++) {
             float a = 0.0f;
@@ -516,4 +524,17 @@ void tiny_fwd_bwd(const int *dims, float eps, float scale, const int32_t *chunks
         for (int l = 0; l < L; l++) a += lossl[l];
         loss[slot] = a;
     }
+}
+
+void tiny_fwd_bwd(const int *dims, float eps, float scale, const int32_t *chunks, int n,
+                  const int32_t *tok, const float *mask, const float *const *w,
+                  const float *cs, const float *sn, float *grad, double *loss) {
+    run(dims, eps, scale, chunks, n, tok, mask, w, cs, sn, grad, loss, NULL);
+}
+
+/* The forward alone, for evaluation: logits (K, nT, Tq, V, L) of the answer positions. */
+void tiny_logits(const int *dims, float eps, float scale, const int32_t *chunks, int n,
+                 const int32_t *tok, const float *const *w, const float *cs, const float *sn,
+                 float *logits) {
+    run(dims, eps, scale, chunks, n, tok, NULL, w, cs, sn, NULL, NULL, logits);
 }

@@ -128,6 +128,9 @@ def _load() -> None:
         lib.tiny_fwd_bwd.argtypes = [p, ctypes.c_float, ctypes.c_float, p, ctypes.c_int,
                                      p, p, p, p, p, p, p]
         lib.tiny_fwd_bwd.restype = None
+        lib.tiny_logits.argtypes = [p, ctypes.c_float, ctypes.c_float, p, ctypes.c_int, p, p,
+                                    p, p, p]
+        lib.tiny_logits.restype = None
         _lib = lib
 
 
@@ -301,18 +304,33 @@ def kernel_threads() -> Iterator[int]:
 
 def _apply(model, tokens: Tensor, mask: Tensor, start: int, active: Tensor | None,
            threads: int) -> Tensor:
-    cfg, K = model.cfg, model.k
+    K = model.k
     if tokens.dim() == 2:
         tokens, mask = tokens.expand(K, -1, -1), mask.expand(K, -1, -1)
-    _, B, T = tokens.shape
-    Ti, n_tiles = T - 1, -(-B // LANES)
     mask = mask[..., start:].float()
-    if pad := n_tiles * LANES - B:  # padded sequences weigh nothing
-        tokens = torch.nn.functional.pad(tokens, (0, 0, 0, pad))
+    tok, n_tiles = _lanes(tokens)
+    if pad := n_tiles * LANES - tokens.shape[1]:  # padded sequences weigh nothing
         mask = torch.nn.functional.pad(mask, (0, 0, 0, pad))
-    # sequences to lanes: (K, B, T) -> (K, tiles, T, L)
-    tok = tokens.view(K, n_tiles, LANES, T).transpose(2, 3).to(torch.int32).contiguous()
-    lmask = mask.view(K, n_tiles, LANES, -1).transpose(2, 3).contiguous()
+    lmask = mask.view(K, n_tiles, LANES, -1).transpose(2, 3).contiguous()  # (K, tiles, Tq, L)
+    w, cos, sin, dims = _kernel_args(model, tokens.shape[2] - 1, start, n_tiles)
+    members = tuple(range(K)) if active is None else tuple(active.nonzero().flatten().tolist())
+    return _TinyLoss.apply(_plan(dims, members, threads), tok, lmask, cos, sin,
+                           model.cfg.qk_head ** -0.5, *w)
+
+
+def _lanes(tokens: Tensor) -> tuple[Tensor, int]:
+    """(K, B, T) -> (K, tiles, T, L) int32, B padded with token 0 to whole tiles."""
+    K, B, T = tokens.shape
+    n_tiles = -(-B // LANES)
+    if pad := n_tiles * LANES - B:
+        tokens = torch.nn.functional.pad(tokens, (0, 0, 0, pad))
+    return tokens.view(K, n_tiles, LANES, T).transpose(2, 3).to(torch.int32).contiguous(), \
+        n_tiles
+
+
+def _kernel_args(model, Ti: int, start: int, n_tiles: int):
+    """(effective weights, rope cos, rope sin, dims) of a call on Ti input positions."""
+    cfg, K = model.cfg, model.k
     w = effective_weights(model)
     if (rows := model.position_rows(Ti)) is not None:
         w[1] = rows.expand(K, -1, -1)
@@ -329,6 +347,41 @@ def _apply(model, tokens: Tensor, mask: Tensor, start: int, active: Tensor | Non
         flags |= {"swiglu": F_SWIGLU, "relu": F_RELU, "gelu": F_GELU}[cfg.activation]
     dims = (Ti, start, cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.qk_head, cfg.v_head, ff,
             cfg.vocab_size, flags, K, n_tiles, cos.shape[1])
-    members = tuple(range(K)) if active is None else tuple(active.nonzero().flatten().tolist())
-    return _TinyLoss.apply(_plan(dims, members, threads), tok, lmask, cos.contiguous(),
-                           sin.contiguous(), cfg.qk_head ** -0.5, *w)
+    return w, cos.contiguous(), sin.contiguous(), dims
+
+
+@torch.no_grad()
+def tiny_logits(model, inputs: Tensor, from_pos: int) -> Tensor:
+    """The model's forward in the tiny layout, for training's evaluations: inputs (B, T) or
+    (K, B, T) -> logits (K, B, T - from_pos, V) of the positions from `from_pos` on, as
+    `model(inputs, from_pos=from_pos)` (to float32 rounding)."""
+    if (why := load_error()) is not None:
+        raise RuntimeError(why)
+    K = model.k
+    if inputs.dim() == 2:
+        inputs = inputs.unsqueeze(0).expand(K, -1, -1)
+    _, B, Ti = inputs.shape
+    with kernel_threads() as threads:
+        # one column more: the kernel reads position t + 1 as the target (unused here)
+        tok, n_tiles = _lanes(torch.nn.functional.pad(inputs, (0, 1)))
+        w, cos, sin, dims = _kernel_args(model, Ti, from_pos, n_tiles)
+        plan = _plan(dims, tuple(range(K)), threads)
+        ws = [None if t is None else t.detach().contiguous() for t in w]
+        ptrs = (ctypes.c_void_p * N_WEIGHTS)(*[0 if t is None else t.data_ptr() for t in ws])
+        Tq, V = Ti - from_pos, model.cfg.vocab_size
+        out = torch.empty(K, n_tiles, Tq, V, LANES)
+        b, lib = plan.bounds, _lib
+        assert lib is not None
+
+        def part(j: int) -> None:
+            lib.tiny_logits(plan.dims.data_ptr(), _EPS, model.cfg.qk_head ** -0.5,
+                            plan.chunks.data_ptr() + 16 * b[j], b[j + 1] - b[j],
+                            tok.data_ptr(), ptrs, cos.data_ptr(), sin.data_ptr(),
+                            out.data_ptr())
+
+        futures = [_threads(len(b) - 2).submit(part, j) for j in range(1, len(b) - 1)]
+        part(0)
+        for fut in futures:
+            fut.result()
+    # (K, tiles, Tq, V, L) -> (K, B, Tq, V)
+    return out.permute(0, 1, 4, 2, 3).reshape(K, n_tiles * LANES, Tq, V)[:, :B]

@@ -33,7 +33,7 @@ from arithsweep.core.errors import ConfigError
 from arithsweep.core.evaluation.confirm import eval_problems, reached
 from arithsweep.core.evaluation.evaluate import EvalSet, answer_start, score
 from arithsweep.core.model.model import ArithTransformer, ModelConfig, count_params
-from arithsweep.core.model.tiny_layout import kernel_threads, tiny_loss
+from arithsweep.core.model.tiny_layout import kernel_threads, tiny_logits, tiny_loss
 from arithsweep.core.training.recipe import GrokfastEMA, grokfast_on, lbfgs_polish, wd_factors
 from arithsweep.core.training.step import PackStep, capture_blocker
 
@@ -206,9 +206,9 @@ def train_population(task: Task, model_cfg: ModelConfig, cfgs: Sequence[TrainCon
     lrs = _LrTable(cfgs, counts, device)
     layout, layout_why = T.choose_layout(model_cfg, c0, device)
     loss_fn = torch.compile(T._loss_fn, dynamic=False) if c0.compile else T._loss_fn
-    step_threads = contextlib.nullcontext
-    if layout == "tiny":
-        loss_fn, step_threads = tiny_loss, kernel_threads
+    step_threads, eval_forward = contextlib.nullcontext, None
+    if layout == "tiny":  # its kernel scores training's evaluations too (~10x the model's pass)
+        loss_fn, step_threads, eval_forward = tiny_loss, kernel_threads, tiny_logits
     data = _PackStream(task, cfgs, device)
     ea, eb, eop = eval_problems(task, c0.eval_size, c0.train_digits)  # (N,) each
     eval_set = EvalSet(task, ea, eb, eop, device)  # encoded once, on the device
@@ -254,7 +254,7 @@ def train_population(task: Task, model_cfg: ModelConfig, cfgs: Sequence[TrainCon
             continue
         # ---- evaluation: the only host sync besides sampling ----
         failed = (~alive).tolist()
-        right, pos_acc = score(model, task, eval_set)  # (K, N), (K, answer_len)
+        right, pos_acc = score(model, task, eval_set, forward=eval_forward)  # (K, N), (K, L)
         ok, mean_loss = right.float().mean(1).tolist(), (loss_sum / max(1, loss_n)).tolist()
         pos_acc = pos_acc.tolist()
         loss_sum.zero_()
