@@ -39,6 +39,7 @@ from arithsweep.core.model.layers import (
     rope,
 )
 from arithsweep.core.model.weights import (
+    abacus_offsets,
     attn_biases,
     attn_weights,
     init_special,
@@ -78,7 +79,7 @@ class ArithTransformer(nn.Module):
 
     # set only inside `capturing()`; the default forward pays one None check per block
     _capture: dict[str, list[Tensor]] | None = None
-    _offset_gens: list[torch.Generator] | None = None  # made on first use (see `_offsets`)
+    _offset_gens: list[torch.Generator] | None = None  # made on first use (abacus_offsets)
     attention = "auto"  # attention kernel: auto (per device, layers.ATTENTION) | manual | fused
 
     def __init__(self, cfg: ModelConfig, k: int = 1, generator: torch.Generator | None = None,
@@ -186,7 +187,7 @@ class ArithTransformer(nn.Module):
         """tokens (K, B, T) or (B, T) -> logits (K, B, T - from_pos, V): positions before
         `from_pos` are not unembedded (training and exact match only need answer positions).
         `abacus_offset` (K, B) int is added to every digit's abacus index; None draws one per
-        sequence in train mode when cfg.abacus_offset > 0 (see `_offsets`), else none."""
+        sequence in train mode when cfg.abacus_offset > 0 (weights.abacus_offsets), else none."""
         cfg, K = self.cfg, self.k
         if tokens.dim() == 2:
             tokens = tokens.unsqueeze(0).expand(K, -1, -1)
@@ -203,7 +204,7 @@ class ArithTransformer(nn.Module):
         elif cfg.pos == "abacus":
             idx = abacus_index(tokens)  # (K, B, T)
             if abacus_offset is None and cfg.abacus_offset and self.training:
-                abacus_offset = self._offsets(K, B, tokens.device)
+                abacus_offset = abacus_offsets(self, B, tokens.device)
             if abacus_offset is not None:
                 # digits only, as McLeish et al.'s code does. Moving non-digits too ('=' then
                 # carries k) was tried on add8 trained on <= 4 digits: the first answer digit
@@ -265,18 +266,6 @@ class ArithTransformer(nn.Module):
             yield cap
         finally:
             self._capture = None
-
-    def _offsets(self, K: int, B: int, device: torch.device) -> Tensor:  # (K, B) int64
-        """Training-time abacus offsets k ~ U{0..cfg.abacus_offset}, one per sequence, from one
-        private CPU generator per member seeded by that member's seed: a member draws the same
-        offsets in any pack, as alone (and never from the global RNG, which data sampling and
-        init must not share)."""
-        if self._offset_gens is None:
-            self._offset_gens = [torch.Generator().manual_seed(0xABAC + s)
-                                 for s in self._offset_seeds]
-        hi = self.cfg.abacus_offset + 1
-        k = torch.stack([torch.randint(0, hi, (B,), generator=g) for g in self._offset_gens])
-        return k.to(device)
 
     def _block(self, blk: _Block, x: Tensor, B: int, T: int, q_from: int = 0) -> Tensor:
         """x (K, d, B*T) -> (K, d, B*(T - q_from)): keys and values from every position,

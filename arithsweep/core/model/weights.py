@@ -282,3 +282,16 @@ def place_rows(model: nn.Module, T: int) -> Tensor:  # -> (K, T, d): digit_index
         rows = model.slots.weight[:, slot.clamp(min=0)]  # (K, T, d_pos)
         pe = pe + rows * (slot >= 0).view(1, -1, 1)
     return pos_part(pe, model.cfg.d_model)
+
+
+def abacus_offsets(model: nn.Module, B: int, device: torch.device) -> Tensor:  # (K, B) int64
+    """Training-time abacus offsets k ~ U{0..cfg.abacus_offset}, one per sequence, from one
+    private CPU generator per member seeded by that member's seed: a member draws the same
+    offsets in any pack, as alone (and never from the global RNG, which data sampling and
+    init must not share)."""
+    if model._offset_gens is None:
+        model._offset_gens = [torch.Generator().manual_seed(0xABAC + s)
+                              for s in model._offset_seeds]
+    hi = model.cfg.abacus_offset + 1
+    k = torch.stack([torch.randint(0, hi, (B,), generator=g) for g in model._offset_gens])
+    return k.to(device)
