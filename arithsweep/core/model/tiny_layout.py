@@ -9,10 +9,12 @@ products and derived tables are formed by the model's own functions (`core/model
 into *effective* weights, the kernel returns the gradient of each, and autograd carries those
 back to the parameters; clipping and AdamW are unchanged.
 
-The kernel is C99 with no Python or torch headers, compiled once per machine with the system C
-compiler into ~/.cache/arithsweep (or $ARITHSWEEP_CACHE) and loaded with ctypes; without a
-compiler the layout is unavailable and training uses the reference layout. Work is split over
-torch's intra-op thread count in Python threads (ctypes releases the GIL).
+The kernel is C with GCC/Clang vector extensions and no Python or torch headers, compiled
+once per machine and CPU kind with the system C compiler into ~/.cache/arithsweep (or
+$ARITHSWEEP_CACHE) and loaded with ctypes; without a compiler the layout is unavailable and
+training uses the reference layout. Work is split into fixed chunks over as many Python
+threads as torch had intra-op threads (ctypes releases the GIL) while torch itself runs on one
+(`kernel_threads`). Training's evaluations use the kernel's forward too (`tiny_logits`).
 
     from arithsweep.core.model.tiny_layout import tiny_loss, unsupported
     unsupported(model.cfg, "cpu")                 # None, or why this model cannot use it
@@ -53,6 +55,7 @@ _lib: ctypes.CDLL | None = None
 _lib_error: str | None = None
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
+_pool_size = 0
 
 
 def unsupported(cfg, device: str | torch.device) -> str | None:
@@ -111,16 +114,19 @@ def _load() -> None:
                 # machine never load a half-written library
                 fd, tmp = tempfile.mkstemp(suffix=".so", dir=so.parent)
                 os.close(fd)
-                run = subprocess.run([cc, *_FLAGS, "-o", tmp, str(_SOURCE), "-lm"],
-                                     capture_output=True, text=True)
-                if run.returncode:
-                    os.unlink(tmp)
-                    last = (run.stderr.strip().splitlines() or ["?"])[-1]
-                    _lib_error = f"the tiny kernel did not compile: {last}"
-                    return
-                os.replace(tmp, so)
+                try:
+                    run = subprocess.run([cc, *_FLAGS, "-o", tmp, str(_SOURCE), "-lm"],
+                                         capture_output=True, text=True, timeout=300)
+                    if run.returncode:
+                        last = (run.stderr.strip().splitlines() or ["?"])[-1]
+                        _lib_error = f"the tiny kernel did not compile: {last}"
+                        return
+                    os.replace(tmp, so)
+                finally:
+                    if os.path.exists(tmp):
+                        os.unlink(tmp)
             lib = ctypes.CDLL(str(so))
-        except OSError as e:
+        except (OSError, subprocess.SubprocessError) as e:
             _lib_error = f"the tiny kernel could not be built or loaded: {e}"
             return
         p = ctypes.c_void_p
@@ -135,9 +141,9 @@ def _load() -> None:
 
 
 def _threads(n: int) -> ThreadPoolExecutor:
-    global _pool
-    if _pool is None or _pool._max_workers < n:
-        _pool = ThreadPoolExecutor(n, thread_name_prefix="tiny-kernel")
+    global _pool, _pool_size
+    if _pool is None or _pool_size < n:
+        _pool, _pool_size = ThreadPoolExecutor(n, thread_name_prefix="tiny-kernel"), n
     return _pool
 
 
