@@ -97,6 +97,7 @@ def test_packed_search_keeps_one_record_per_proposal(ray_local, tmp_path):
         assert run.data.tags["arithsweep.tune_trial_id"] == row["tune_trial_id"]
         assert float(run.data.params["train.lr"]) == pytest.approx(row["config"]["train.lr"])
         assert run.data.tags["arithsweep.stop_reason"] == row["stop_reason"]
+        assert run.data.tags["arithsweep.layout"] in ("tiny", "reference")
         # a pack the incumbent stopped sends no final report: no seed counts then
         assert run.data.metrics.get("seeds_reached", 0) == row["seeds_reached"]
         hist = client.get_metric_history(run.info.run_id, "best_em")

@@ -54,6 +54,7 @@ class MlflowTrialCallback(tune.Callback):
         self._describe = describe
         self._target = float(target)
         self._runs: dict[str, str] = {}  # tune trial id -> mlflow run id
+        self._layout_tagged: set[tuple[str, int]] = set()  # (trial id, proposal) tagged
         self._client = None
 
     def __getstate__(self):
@@ -123,7 +124,7 @@ class MlflowTrialCallback(tune.Callback):
         self._safe("log_metrics", self._log_result, trial, result)
 
     def _log_result(self, trial, result: dict) -> None:
-        from mlflow.entities import Metric
+        from mlflow.entities import Metric, RunTag
         pack = packs.is_pack(trial.config)
         now = int(time.time() * 1000)
         for j in self._proposals(trial):
@@ -134,8 +135,15 @@ class MlflowTrialCallback(tune.Callback):
             metrics = [Metric(k, float(v), now, step) for k, v in mine.items()
                        if (k in self.METRICS or k.startswith(("em_seed", "loss_seed")))
                        and isinstance(v, (int, float)) and math.isfinite(float(v))]
-            if metrics:
-                self.client.log_batch(self._run_for(trial, j), metrics=metrics)
+            # the training layout its steps ran in (README), once: a pack member that stops
+            # early sends no final report to read it from
+            tags = []
+            tagged = self.__dict__.setdefault("_layout_tagged", set())  # older pickles lack it
+            if mine.get("layout") and (trial.trial_id, j) not in tagged:
+                tagged.add((trial.trial_id, j))
+                tags = [RunTag("arithsweep.layout", str(mine["layout"]))]
+            if metrics or tags:
+                self.client.log_batch(self._run_for(trial, j), metrics=metrics, tags=tags)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self._safe("finish", self._finish, trial, "FINISHED")

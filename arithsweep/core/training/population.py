@@ -214,7 +214,8 @@ def train_population(task: Task, model_cfg: ModelConfig, cfgs: Sequence[TrainCon
     eval_set = EvalSet(task, ea, eb, eop, device)  # encoded once, on the device
     results = [T.TrainResult(task=task, model_cfg=model_cfg, train_cfg=c,
                              model=_member_view(model, o, n), params=count_params(model),
-                             device=str(device), failed=[False] * n, eval_size=ea.numel())
+                             device=str(device), failed=[False] * n, eval_size=ea.numel(),
+                             layout=f"{layout} ({layout_why})")
                for c, o, n in zip(cfgs, offs, counts)]
     alive = torch.ones(K, dtype=torch.bool, device=device)  # False: loss went non-finite
     running = torch.ones(K, dtype=torch.bool, device=device)  # False: proposal stopped
@@ -277,7 +278,6 @@ def train_population(task: Task, model_cfg: ModelConfig, cfgs: Sequence[TrainCon
                          t0, device, on_eval)
     for j, (r, o, n) in enumerate(zip(results, offs, counts)):
         r.step_mode = runner.describe()
-        r.layout = f"{layout} ({layout_why})"
         if data.running[j]:  # ran to the end of the schedule
             r.steps, r.wall_time = step, time.perf_counter() - t0
             r.failed = (~alive[o:o + n]).tolist()
