@@ -283,7 +283,7 @@ def test_a_padded_rope_model_is_scored_as_trained_inside_its_lengths():
     """The published add10 rope adder writes operands at width 10 and reaches them at a fixed
     distance; widened to 11 digits every position moves. Its trained lengths must still read
     as the ~100% they are (they read 0 when every cell was encoded at the wider width)."""
-    ck = Path(__file__).parent.parent / "leaderboard" / "checkpoints" / "add10-59-37adc547"
+    ck = Path(__file__).parent.parent / "leaderboard" / "checkpoints" / "add10-56-e8f443c8"
     g = ood_grid(str(ck), 11, per_cell=20)
     assert g.task == "add11" and g.trained_task == "add10"
     assert all(e is not None and e >= 0.9 for e in g.by_length[:10]), g.by_length
