@@ -72,7 +72,7 @@ def train(
         f"[bold]{res['final_exact_match']:.5f}[/] on {res['final_problems']} ({ok} target "
         f"{res['target']}) · {res['steps']} steps ({res['stop_reason']}) · "
         f"train {res['train_seconds']}s + full checks {res['check_seconds']}s · "
-        f"{res['examples_per_s']:,} examples/s on {res['device']}, layout {res['layout']}\n"
+        f"{res['examples_per_s']:,} examples/s on {res['device']}, layout {res['layout']} ({res['layout_why']})\n"
         f"checkpoint {res['checkpoint']}"
     )
 

@@ -124,7 +124,7 @@ def train_job(
         "check_seconds": round(check.seconds, 2),
         "wall_seconds": round(time.perf_counter() - t0, 2),
         "examples_per_s": round(result.examples / max(1e-9, result.wall_time - check.seconds)),
-        "device": result.device, "layout": result.layout,
+        "device": result.device, "layout": result.layout, "layout_why": result.layout_why,
         "checkpoint": str(out), "sha256": sha,
         "model": model_cfg.to_dict(), "train": train_cfg.to_dict(),
     }

@@ -137,7 +137,7 @@ def _layout(task, cfg: ModelConfig, k: int, batch: int, compile_: bool, layout: 
                          device=device, layout=layout)
         t0 = time.perf_counter()
         r = train(task, cfg, tc)
-        return r.examples / (time.perf_counter() - t0), r.layout
+        return r.examples / (time.perf_counter() - t0), f"{r.layout} ({r.layout_why})"
 
     run(5)  # warm caches, the allocator (and the compilers' on-disk caches) once
     return run(max(5, examples // (k * batch)))

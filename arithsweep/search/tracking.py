@@ -54,7 +54,6 @@ class MlflowTrialCallback(tune.Callback):
         self._describe = describe
         self._target = float(target)
         self._runs: dict[str, str] = {}  # tune trial id -> mlflow run id
-        self._layout_tagged: set[tuple[str, int]] = set()  # (trial id, proposal) tagged
         self._client = None
 
     def __getstate__(self):
@@ -138,7 +137,9 @@ class MlflowTrialCallback(tune.Callback):
             # the training layout its steps ran in (README), once: a pack member that stops
             # early sends no final report to read it from
             tags = []
-            tagged = self.__dict__.setdefault("_layout_tagged", set())  # older pickles lack it
+            # (trial id, proposal) pairs tagged; made here, so older pickles of this callback
+            # (searches from before the tag) resume too
+            tagged: set = self.__dict__.setdefault("_layout_tagged", set())
             if mine.get("layout") and (trial.trial_id, j) not in tagged:
                 tagged.add((trial.trial_id, j))
                 tags = [RunTag("arithsweep.layout", str(mine["layout"]))]

@@ -95,7 +95,7 @@ def _metrics(point: Any, result: Any, best_em: float, step0: int) -> dict[str, A
         "elapsed": float(point.elapsed),
         "lr": float(point.lr),
         "failed_seeds": int(sum(bool(f) for f in result.failed)),
-        "layout": result.layout.split(" ", 1)[0],  # tiny | reference: how the steps ran
+        "layout": result.layout,  # tiny | reference: how the steps ran
     }
     for i, em in enumerate(point.exact_match):
         row[f"em_seed{i}"] = float(em)

@@ -25,9 +25,9 @@ from arithsweep.core.data.tasks import Task
 # loaded machine each extra chunk costs parallel-region barriers); on a GPU big enough to
 # amortise kernel launches.
 DEFAULT_CHUNK_TOKENS = 1 << 16
+GPU_CHUNK_TOKENS = 1 << 22
 # (model, inputs (n, T) uint8, from_pos) -> logits (K, n, T - from_pos, V)
 Forward = Callable[[torch.nn.Module, torch.Tensor, int], torch.Tensor]
-GPU_CHUNK_TOKENS = 1 << 22
 
 
 def _device_of(model: torch.nn.Module) -> torch.device:

@@ -32,7 +32,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -147,6 +147,27 @@ def _threads(n: int) -> ThreadPoolExecutor:
     return _pool
 
 
+def _pointers(w: list[Tensor | None]) -> tuple[list[Tensor | None], ctypes.Array]:
+    """The weights as the kernel reads them (detached, contiguous; kept alive by the caller)
+    and the C array of their addresses (NULL where absent)."""
+    ws = [None if t is None else t.detach().contiguous() for t in w]
+    return ws, (ctypes.c_void_p * N_WEIGHTS)(*[0 if t is None else t.data_ptr() for t in ws])
+
+
+def _run(plan: _Plan, call: Callable[[int, int], None]) -> None:
+    """call(chunks address, chunk count) on each thread's share of plan.chunks: the first
+    share here, the rest on the pool, back when all are done."""
+    b = plan.bounds
+
+    def part(j: int) -> None:
+        call(plan.chunks.data_ptr() + 16 * b[j], b[j + 1] - b[j])
+
+    futures = [_threads(len(b) - 2).submit(part, j) for j in range(1, len(b) - 1)]
+    part(0)
+    for fut in futures:
+        fut.result()
+
+
 def effective_weights(model) -> list[Tensor | None]:
     """The N_WEIGHTS (K, ...) tensors the kernel reads, in its order: E, P, g1, Wq, Wk, Wv,
     q-norm, k-norm, Wo, g2, W_gate, W_up, W_down, g_final, U, then the LayerNorm shifts b1,
@@ -229,23 +250,13 @@ class _TinyLoss(torch.autograd.Function):
                 scale: float, *w: Tensor | None) -> Tensor:
         lib, K, G = _lib, plan.K, plan.G
         assert lib is not None
-        ws = [None if t is None else t.detach().contiguous() for t in w]
-        ptrs = (ctypes.c_void_p * N_WEIGHTS)(*[0 if t is None else t.data_ptr() for t in ws])
+        ws, ptrs = _pointers(w)
         # every slot is written; NaN until then, so a kernel that could not run fails loudly
         parts = torch.full((max(1, plan.n_chunks), G), float("nan"))
         part_loss = torch.full((max(1, plan.n_chunks),), float("nan"), dtype=torch.float64)
-        b = plan.bounds
-
-        def part(j: int) -> None:
-            lib.tiny_fwd_bwd(plan.dims.data_ptr(), _EPS, scale,
-                             plan.chunks.data_ptr() + 16 * b[j], b[j + 1] - b[j],
-                             tok.data_ptr(), mask.data_ptr(), ptrs, cos.data_ptr(),
-                             sin.data_ptr(), parts.data_ptr(), part_loss.data_ptr())
-
-        futures = [_threads(len(b) - 2).submit(part, j) for j in range(1, len(b) - 1)]
-        part(0)
-        for fut in futures:
-            fut.result()
+        _run(plan, lambda chunks, n: lib.tiny_fwd_bwd(
+            plan.dims.data_ptr(), _EPS, scale, chunks, n, tok.data_ptr(), mask.data_ptr(),
+            ptrs, cos.data_ptr(), sin.data_ptr(), parts.data_ptr(), part_loss.data_ptr()))
         # per member: its chunks in order, so the sum is the same in any pack
         gm = parts[:plan.n_chunks].view(-1, plan.per, G)
         lm = part_loss[:plan.n_chunks].view(-1, plan.per)
@@ -297,15 +308,14 @@ def kernel_threads() -> Iterator[int]:
     (population.py) keeps the step's other torch ops from waking the workers too (~12% faster
     on the 87-p model). Nested entries keep the outer count."""
     global _kernel_threads
-    outer = _kernel_threads
-    n = outer or torch.get_num_threads()
-    _kernel_threads = n
+    outer, before = _kernel_threads, torch.get_num_threads()
+    n = _kernel_threads = outer or before
     torch.set_num_threads(1)
     try:
         yield n
     finally:
         _kernel_threads = outer
-        torch.set_num_threads(n if not outer else 1)
+        torch.set_num_threads(before)
 
 
 def _apply(model, tokens: Tensor, mask: Tensor, start: int, active: Tensor | None,
@@ -372,22 +382,13 @@ def tiny_logits(model, inputs: Tensor, from_pos: int) -> Tensor:
         tok, n_tiles = _lanes(torch.nn.functional.pad(inputs, (0, 1)))
         w, cos, sin, dims = _kernel_args(model, Ti, from_pos, n_tiles)
         plan = _plan(dims, tuple(range(K)), threads)
-        ws = [None if t is None else t.detach().contiguous() for t in w]
-        ptrs = (ctypes.c_void_p * N_WEIGHTS)(*[0 if t is None else t.data_ptr() for t in ws])
+        ws, ptrs = _pointers(w)
         Tq, V = Ti - from_pos, model.cfg.vocab_size
         out = torch.empty(K, n_tiles, Tq, V, LANES)
-        b, lib = plan.bounds, _lib
+        lib = _lib
         assert lib is not None
-
-        def part(j: int) -> None:
-            lib.tiny_logits(plan.dims.data_ptr(), _EPS, model.cfg.qk_head ** -0.5,
-                            plan.chunks.data_ptr() + 16 * b[j], b[j + 1] - b[j],
-                            tok.data_ptr(), ptrs, cos.data_ptr(), sin.data_ptr(),
-                            out.data_ptr())
-
-        futures = [_threads(len(b) - 2).submit(part, j) for j in range(1, len(b) - 1)]
-        part(0)
-        for fut in futures:
-            fut.result()
+        _run(plan, lambda chunks, n: lib.tiny_logits(
+            plan.dims.data_ptr(), _EPS, model.cfg.qk_head ** -0.5, chunks, n, tok.data_ptr(),
+            ptrs, cos.data_ptr(), sin.data_ptr(), out.data_ptr()))
     # (K, tiles, Tq, V, L) -> (K, B, Tq, V)
     return out.permute(0, 1, 4, 2, 3).reshape(K, n_tiles * LANES, Tq, V)[:, :B]

@@ -215,7 +215,7 @@ def train_population(task: Task, model_cfg: ModelConfig, cfgs: Sequence[TrainCon
     results = [T.TrainResult(task=task, model_cfg=model_cfg, train_cfg=c,
                              model=_member_view(model, o, n), params=count_params(model),
                              device=str(device), failed=[False] * n, eval_size=ea.numel(),
-                             layout=f"{layout} ({layout_why})")
+                             layout=layout, layout_why=layout_why)
                for c, o, n in zip(cfgs, offs, counts)]
     alive = torch.ones(K, dtype=torch.bool, device=device)  # False: loss went non-finite
     running = torch.ones(K, dtype=torch.bool, device=device)  # False: proposal stopped

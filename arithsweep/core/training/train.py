@@ -106,7 +106,8 @@ class TrainResult:
     stop_reason: str = ""
     eval_size: int = 0  # distinct held-out problems per evaluation (confirm.eval_problems)
     step_mode: str = ""  # "captured" (one CUDA graph per step) or "eager (<why>)": step.py
-    layout: str = ""  # "tiny" or "reference", with why: choose_layout
+    layout: str = ""  # "tiny" or "reference" (choose_layout) ...
+    layout_why: str = ""  # ... and why
 
     @property
     def examples_per_s(self) -> float:
