@@ -88,8 +88,7 @@ class VerifyCallback(tune.Callback):
         for j, pid in enumerate(packs.proposal_ids(trial.trial_id, config)):
             last = packs.proposal_result(trial.last_result, j, pack)
             path = os.path.join(trial.checkpoint.path, f"p{j}" if pack else "", "best")
-            if float(last.get("best_em", 0.0) or 0.0) < self._target or (
-                    pack and not os.path.isdir(path)):
+            if not packs.at_target(last, self._target) or (pack and not os.path.isdir(path)):
                 continue
             verify_candidate(self._name, Path(self._sdir), self._target, {
                 "trial_id": pid, "params": int(last.get("params", 0) or 0),

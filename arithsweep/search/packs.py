@@ -66,6 +66,15 @@ def proposal_result(result: dict[str, Any] | None, j: int, pack: bool = True) ->
     return out
 
 
+def at_target(m: dict[str, Any], target: float) -> bool:
+    """Did a proposal's result `m` reach the target? Its held-out best exact match at the
+    target, or its own stop rule said so: on a small task checked on every problem the whole
+    check decides (core.evaluation.confirm.FullCheck), and the held-out sliver may sit below
+    the target (mul2's start shape: 97.6% held-out, every problem checked >= 99%)."""
+    return (float(m.get("best_em", 0.0) or 0.0) >= target
+            or m.get("stop_reason") == "reached target")
+
+
 def reported(result: dict[str, Any], j: int) -> bool:
     """Did this pack report carry an evaluation of proposal j (it was still training)?"""
     return key(j, "step") in result

@@ -47,7 +47,7 @@ def trial_rows(results: Any, target: float, stop_reasons: dict[str, str] | None 
                 "step": m.get("step"), "errored": errored,
                 "invalid_config": bool(m.get("invalid_config")),
                 "error": str(r.error).strip().splitlines()[-1][:300] if errored else None,
-                "feasible": not errored and best_em >= target and ckpt is not None,
+                "feasible": not errored and packs.at_target(m, target) and ckpt is not None,
                 "checkpoint": ckpt, "path": r.path,
                 "config": {k: v for k, v in item.items() if k not in (CONST_KEY, packs.PROPOSALS)},
                 "architecture": arch,

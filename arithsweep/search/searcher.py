@@ -237,6 +237,8 @@ class ConstrainedOptunaSearch(OptunaSearch):
         if math.isnan(best_em):
             best_em = 0.0
         violation = self._target - best_em
+        if packs.at_target(seen, self._target):  # its stop rule's whole check said so
+            violation = min(violation, 0.0)
         if error:  # infeasible whatever it reached before it died
             violation = max(violation, 1e-9)
         if seen.get("invalid_config"):
