@@ -162,11 +162,23 @@ def reference_logits(cfg: ModelConfig, st: dict[str, torch.Tensor], tokens: torc
             return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * st[f"{name}.weight"]
         return x
 
-    def rope(x):  # (B, H, T, dh): rotate (x_i, x_{i+half}) by t * base^(-i/half)
+    def rope(x, at):  # (B, H, T, dh): rotate (x_i, x_{i+half}) by at[b, t] * base^(-i/half)
         half = x.shape[-1] // 2
-        ang = torch.arange(T)[:, None] * cfg.rope_base ** (-torch.arange(half) / half)
+        rate = cfg.rope_base ** (-torch.arange(half) / half)
+        if cfg.pos == "abacus_rope":
+            rate = rate * math.pi / cfg.abacus_max
+        ang = (at[:, None, :, None] * rate).float()  # (B, 1, T, half)
         z = torch.complex(x[..., :half], x[..., half:]) * torch.polar(torch.ones_like(ang), ang)
         return torch.cat([z.real, z.imag], dim=-1)
+
+    def runs(cap):  # (B, T): each digit's place in its run of digits, 0 for other tokens
+        idx = torch.zeros_like(tokens)
+        for b in range(B):
+            run = 0
+            for t in range(T):
+                run = run + 1 if tokens[b, t] < 10 else 0
+                idx[b, t] = min(run, cap)
+        return idx
 
     x0 = st["embed.weight"][tokens]
     if cfg.pos == "learned":
@@ -179,13 +191,8 @@ def reference_logits(cfg: ModelConfig, st: dict[str, torch.Tensor], tokens: torc
                 pe[t, j] = math.sin(a) if j % 2 == 0 else math.cos(a)
         x0 = x0 + pe * math.sqrt(2 / d)
     elif cfg.pos == "abacus":
-        idx = torch.zeros_like(tokens)
-        for b in range(B):
-            run = 0
-            for t in range(T):
-                run = run + 1 if tokens[b, t] < 10 else 0
-                idx[b, t] = min(run, cfg.abacus_max - 1)
-        x0 = x0 + st["abacus.weight"][idx]
+        x0 = x0 + st["abacus.weight"][runs(cfg.abacus_max - 1)]
+    at = runs(T) if cfg.pos == "abacus_rope" else torch.arange(T).expand(B, T)
     x = x0
     for loop in range(cfg.n_loops):
         if loop and cfg.input_injection:
@@ -197,8 +204,8 @@ def reference_logits(cfg: ModelConfig, st: dict[str, torch.Tensor], tokens: torc
             kk = lin(h, f"{p}.attn.kv" if cfg.tie_kv else f"{p}.attn.k")
             v = kk if cfg.tie_kv else lin(h, f"{p}.attn.v")
             kk, v = kk.view(B, T, H, -1).transpose(1, 2), v.view(B, T, H, -1).transpose(1, 2)
-            if cfg.pos == "rope":
-                q, kk = rope(q), rope(kk)
+            if cfg.pos in ("rope", "abacus_rope"):
+                q, kk = rope(q, at), rope(kk, at)
             o = F.scaled_dot_product_attention(q, kk, v, is_causal=True)
             x = x + lin(o.transpose(1, 2).reshape(B, T, -1), f"{p}.attn.o")
             if cfg.d_ff:
@@ -228,6 +235,8 @@ EQUIV = {
                               tie_embeddings=False),
     "rope_2heads": dict(pos="rope", n_heads=2, d_head=2, d_vhead=3),
     "abacus": dict(pos="abacus", abacus_max=4),
+    "abacus_rope_loops": dict(pos="abacus_rope", abacus_max=5, rope_base=3.0, n_heads=2,
+                              d_head=4, d_vhead=3, n_loops=2),
     "loops_sinusoidal": dict(n_loops=3, pos="sinusoidal", n_layers=2),
     "loops_no_injection_rms": dict(n_loops=2, input_injection=False, norm="rms", final_norm=True),
     "swiglu_shared_norms": dict(activation="swiglu", share_norms=True, final_norm=True),
@@ -277,8 +286,26 @@ def test_abacus_index():
     assert abacus_index(t).tolist() == [[[1, 2, 0, 1, 2, 3, 0, 0, 1]]]
 
 
+def test_abacus_rope_sees_differences_of_place_only():
+    """Turning q and k by the abacus index makes attention depend on index differences alone:
+    shifting every index of an all-digit sequence by k changes nothing (a learned abacus table
+    would change), while shifting only some digits does; no position parameter exists."""
+    cfg = cfg_of(n_ctx=12, pos="abacus_rope", abacus_max=8, n_heads=2, d_head=4, d_vhead=3)
+    model = ArithTransformer(cfg, k=2, seeds=[0, 1]).eval()
+    assert not any("abacus" in n or n.startswith("pos") for n, _ in model.named_parameters())
+    tok = torch.randint(0, 10, (2, 3, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        base = model(tok)
+        shifted = model(tok, abacus_offset=torch.full((2, 3), 5))
+        torch.testing.assert_close(shifted, base, atol=1e-5, rtol=1e-5)
+        tok[..., 6] = 10  # a non-digit (index 0, never offset) splits the run in two
+        mixed = model(tok), model(tok, abacus_offset=torch.full((2, 3), 5))
+        assert not torch.allclose(*mixed, atol=1e-3)
+
+
 def test_causal():
-    for extra in ({}, {"pos": "abacus"}, {"pos": "rope", "d_head": 2, "n_loops": 2}):
+    for extra in ({}, {"pos": "abacus"}, {"pos": "rope", "d_head": 2, "n_loops": 2},
+                  {"pos": "abacus_rope", "d_head": 2, "d_vhead": 3, "n_heads": 2}):
         cfg = cfg_of(n_ctx=12, **extra)
         model = ArithTransformer(cfg, k=2, seeds=[0, 1])
         tok = digits_and_symbols(cfg, 2, 3, 12)

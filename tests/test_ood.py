@@ -151,6 +151,23 @@ def test_widen_refuses_learned_positions_past_their_table():
     assert wide.name == "add6" and m.cfg.n_ctx == wide.n_ctx
 
 
+def test_abacus_rope_widens_with_its_weights_and_no_table(tmp_path):
+    """abacus_rope has no position table: widening only grows the context, the add3 problems
+    score the same in it, and the grid never reports a clamped table."""
+    task = get_task("add3", FMT)
+    cfg = ModelConfig(vocab_size=task.vocab_size, n_ctx=task.n_ctx, pos="abacus_rope",
+                      abacus_max=16, rope_base=1.0, d_model=8, n_heads=2, d_ff=16)
+    model = ArithTransformer(cfg, k=1, seeds=[0]).eval()
+    wide_model, wide = widen(model, task, 9)
+    assert wide.name == "add9" and wide_model.cfg.n_ctx == wide.n_ctx > cfg.n_ctx
+    x = task.encode(torch.tensor([5, 123]), torch.tensor([77, 4]), torch.tensor([0, 0]))[0]
+    with torch.no_grad():
+        torch.testing.assert_close(wide_model(x[:, :-1]), model(x[:, :-1]))
+    save_checkpoint(tmp_path / "ck", model, task)
+    g = ood_grid(tmp_path / "ck", 5, per_cell=10, seed=1)
+    assert g.max_digits == 5 and g.clamped_from is None and len(g.by_length) == 5
+
+
 def test_cli_bad_max_digits_is_one_line_and_exit_2(capsys, tmp_path):
     task = get_task("add2", FMT)
     save_checkpoint(tmp_path / "ck", _model(task), task)

@@ -53,7 +53,7 @@ class DictConfig:
 
 ACTIVATIONS = ("relu", "gelu", "swiglu")
 NORMS = ("layer", "rms", "none")
-POSITIONS = ("learned", "sinusoidal", "rope", "abacus", "digit_index", "none")
+POSITIONS = ("learned", "sinusoidal", "rope", "abacus", "abacus_rope", "digit_index", "none")
 EMBEDS = ("table", "arc")
 QK_NORMS = ("none", "head", "shared")
 ROPE_PAIRS = ("split", "interleaved")
@@ -87,9 +87,19 @@ class ModelConfig(DictConfig):
     mlp_bias: bool = False  # biases on the MLP projections
     unembed_bias: bool = False
     tie_embeddings: bool = True  # unembedding = embedding transposed
-    pos: str = "learned"  # learned | sinusoidal | rope | abacus | none
-    rope_base: float = 10000.0  # only with pos == "rope"
-    abacus_max: int = 32  # abacus table size: most digits one number may have (+1)
+    # learned | sinusoidal | rope | abacus | abacus_rope | digit_index | none. abacus_rope turns q
+    # and k by each token's abacus index (RoPE on a digit's place within its number, 0 for other
+    # tokens) instead of adding a table: attention then sees differences of significance only,
+    # so "digit i meets digit i" holds at any length (a learned abacus table reuses the rows of
+    # indices that never share a training sequence: add8's row 1 had cosine 0.5 with rows 17-20)
+    pos: str = "learned"
+    rope_base: float = 10000.0  # only with pos rope or abacus_rope
+    # abacus: table size (most digits one number may have, +1). abacus_rope: the index span
+    # its fastest pair turns half a turn over (rates pi/abacus_max * rope_base^(-i/half)), so
+    # two index differences below it never look alike; measured on add6 (2L d32, 2 heads of 16,
+    # rope_base 4): 24 generalised to 14 digits, 20 to 9 (sharper, sooner ambiguous), and 36
+    # did not learn add6 at all in 15k steps (too flat to tell neighbours apart)
+    abacus_max: int = 32
     # Abacus random offset (McLeish et al. 2024), a training-time augmentation like dropout:
     # in train mode each sequence adds one k ~ U{0..abacus_offset} to every digit's abacus
     # index (other tokens keep 0), so the rows for indices beyond the training length get
@@ -198,10 +208,13 @@ class ModelConfig(DictConfig):
             need(isinstance(self.d_vhead, int) and not isinstance(self.d_vhead, bool)
                  and self.d_vhead >= 1, "d_vhead",
                  "must be a whole number >= 1 (or null)")
-        if self.pos == "rope":
+        if self.pos in ("rope", "abacus_rope"):
             need(self.qk_head % 2 == 0, "d_head",
                  f"rope needs an even q/k head width (got {self.qk_head})")
-            need(self.rope_base > 1, "rope_base", "must be > 1")
+            # abacus_rope takes 1: every pair at the fastest rate, so a head's score is one
+            # sinusoid in the place difference, which cannot bend back within abacus_max
+            need(self.rope_base > 1 or (self.pos == "abacus_rope" and self.rope_base == 1),
+                 "rope_base", "must be > 1 (abacus_rope: >= 1)")
         need(self.abacus_max >= 2, "abacus_max", "must be >= 2")
         if self.tie_kv:
             need(self.qk_head == self.v_head, "tie_kv",

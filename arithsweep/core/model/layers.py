@@ -149,12 +149,22 @@ def rope(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
     """Rotary positions on x (N, w, T) with tables (w/2, >= T): coordinate pairs (i, i + w/2)
     (rotate-half) or, interleaved, (2i, 2i+1)."""
     T, half = x.shape[-1], x.shape[1] // 2
-    c, s = cos[:, :T], sin[:, :T]  # (half, T)
+    # (half, T) by place, or (N, half, T) per sequence (abacus_rope's angles read the tokens)
+    c, s = (cos[:, :T], sin[:, :T]) if cos.dim() == 2 else (cos, sin)
     if interleaved:
         x1, x2 = x.view(-1, half, 2, T).unbind(2)
         return torch.stack([x1 * c - x2 * s, x2 * c + x1 * s], dim=2).view_as(x)
     x1, x2 = x[:, :half], x[:, half:]
     return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=1)
+
+
+def index_turns(idx: Tensor, inv: Tensor, H: int) -> tuple[Tensor, Tensor]:
+    """abacus_rope's cos and sin: idx (K, B, T) abacus indices, inv (half,) angular rates ->
+    two (K*B*H, half, T), laid out as the attention's heads (K, B, H)."""
+    K, B, T = idx.shape
+    ang = idx.to(inv.dtype).unsqueeze(2) * inv.view(1, 1, -1, 1)  # (K, B, half, T)
+    return tuple(f(ang).unsqueeze(2).expand(K, B, H, -1, T).reshape(K * B * H, -1, T)
+                 for f in (torch.cos, torch.sin))
 
 
 def abacus_index(tokens: Tensor, n_digits: int = 10) -> Tensor:  # (K, B, T) -> (K, B, T)

@@ -33,13 +33,13 @@ from arithsweep.core.model.layers import (
     _Norm,
     _normed,
     _table,
-    abacus_index,
     attend,
+    index_turns,
     qk_normed,
     rope,
 )
 from arithsweep.core.model.weights import (
-    abacus_offsets,
+    abacus_indices,
     attn_biases,
     attn_weights,
     init_special,
@@ -141,9 +141,12 @@ class ArithTransformer(nn.Module):
             pe = (pe * math.sqrt(2.0 / d)).float()
             pe = F.pad(pe, (d - dp, 0)).T.contiguous()  # the position part is the last dims
             self.register_buffer("sinusoid", pe, persistent=False)  # (d, T)
-        elif cfg.pos == "rope":
+        elif cfg.pos in ("rope", "abacus_rope"):
             half = cfg.qk_head // 2
             inv = cfg.rope_base ** (-torch.arange(half, dtype=torch.float64) / half)
+            if cfg.pos == "abacus_rope":  # the fastest pair turns half a turn over abacus_max
+                inv = inv * (math.pi / cfg.abacus_max)
+            self.register_buffer("rope_inv", inv.float(), persistent=False)  # (half,)
             ang = (pos * inv).T.float()  # (half, T)
             self.register_buffer("rope_cos", ang.cos(), persistent=False)
             self.register_buffer("rope_sin", ang.sin(), persistent=False)
@@ -201,18 +204,14 @@ class ArithTransformer(nn.Module):
         x0 = _lookup(emb, tokens.reshape(K, B * T)).view(K, d, B, T)
         if (rows := self.position_rows(T)) is not None:
             x0 = x0 + rows.transpose(1, 2).unsqueeze(2)  # (K or 1, d, 1, T)
-        elif cfg.pos == "abacus":
-            idx = abacus_index(tokens)  # (K, B, T)
-            if abacus_offset is None and cfg.abacus_offset and self.training:
-                abacus_offset = abacus_offsets(self, B, tokens.device)
-            if abacus_offset is not None:
-                # digits only, as McLeish et al.'s code does. Moving non-digits too ('=' then
-                # carries k) was tried on add8 trained on <= 4 digits: the first answer digit
-                # came right on longer sums but the model learnt to stop after 4 answer digits
-                # (index minus '=''s index); with '=' at 0 it stops right and misses that digit
-                idx = idx + abacus_offset.view(K, B, 1) * (idx > 0)
-            idx = idx.clamp_(max=cfg.abacus_max - 1).view(K, B * T)
-            x0 = x0 + _lookup(pos_part(self.abacus.weight, d), idx).view(K, d, B, T)
+        turns = None  # abacus_rope's per-sequence cos and sin, each (K*B*H, half, T)
+        if cfg.pos in ("abacus", "abacus_rope"):
+            idx = abacus_indices(self, tokens, abacus_offset)  # (K, B, T)
+            if cfg.pos == "abacus_rope":
+                turns = index_turns(idx, self.rope_inv, cfg.n_heads)
+            else:
+                idx = idx.clamp_(max=cfg.abacus_max - 1).view(K, B * T)
+                x0 = x0 + _lookup(pos_part(self.abacus.weight, d), idx).view(K, d, B, T)
         x0 = x0.reshape(K, d, B * T)
         x = x0
         if (cap := self._capture) is not None:  # inspection only: norms (K, B, T)
@@ -226,7 +225,7 @@ class ArithTransformer(nn.Module):
                 x = x + x0
             for j, blk in enumerate(self.layers):
                 q_from = from_pos if (loop, j) == last_call else 0
-                x = self._block(blk, x, B, T, q_from)
+                x = self._block(blk, x, B, T, q_from, turns)
                 if cap is not None:
                     cap["resid"].append(x.detach().view(K, d, B, T).norm(dim=1))
         # unembedding W^T is the embedding itself when tied: (K, V, d)
@@ -267,9 +266,11 @@ class ArithTransformer(nn.Module):
         finally:
             self._capture = None
 
-    def _block(self, blk: _Block, x: Tensor, B: int, T: int, q_from: int = 0) -> Tensor:
+    def _block(self, blk: _Block, x: Tensor, B: int, T: int, q_from: int = 0,
+               turns: tuple[Tensor, Tensor] | None = None) -> Tensor:
         """x (K, d, B*T) -> (K, d, B*(T - q_from)): keys and values from every position,
-        queries (and so the outputs, attention rows and MLP) only from `q_from` on."""
+        queries (and so the outputs, attention rows and MLP) only from `q_from` on; `turns`
+        (cos, sin) turn q and k per sequence (abacus_rope) instead of by place (rope)."""
         cfg, K = self.cfg, self.k
         H, Hkv, qk, vh = cfg.n_heads, cfg.kv_heads, cfg.qk_head, cfg.v_head
         norm1 = self.shared_norm if blk.norm1 is None else blk.norm1
@@ -295,9 +296,9 @@ class ArithTransformer(nn.Module):
         if cfg.qk_norm != "none":
             wqn, wkn = (a.q_norm, a.k_norm) if cfg.qk_norm == "head" else (a.qk_norm,) * 2
             q, k = qk_normed(q, wqn, K), qk_normed(k, wkn, K)
-        if cfg.pos == "rope":
-            il = cfg.rope_pairs == "interleaved"
-            q, k = (rope(t, self.rope_cos, self.rope_sin, il) for t in (q, k))
+        if cfg.pos in ("rope", "abacus_rope"):
+            cos, sin = turns or (self.rope_cos, self.rope_sin)
+            q, k = (rope(t, cos, sin, cfg.rope_pairs == "interleaved") for t in (q, k))
         Tq = T - q_from
         if q_from:
             q = q[..., q_from:]  # (K*B*H, qk, Tq)

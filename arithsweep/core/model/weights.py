@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from arithsweep.core.config import ModelConfig
-from arithsweep.core.model.layers import _Proj, _table
+from arithsweep.core.model.layers import _Proj, _table, abacus_index
 
 N_DIGITS = 10  # token ids 0..9 are the digits
 # digit_index's fixed spiral (MicroAdder's frozen one): clock radius and ramp per place
@@ -282,6 +282,23 @@ def place_rows(model: nn.Module, T: int) -> Tensor:  # -> (K, T, d): digit_index
         rows = model.slots.weight[:, slot.clamp(min=0)]  # (K, T, d_pos)
         pe = pe + rows * (slot >= 0).view(1, -1, 1)
     return pos_part(pe, model.cfg.d_model)
+
+
+def abacus_indices(model: nn.Module, tokens: Tensor,
+                   offset: Tensor | None = None) -> Tensor:  # (K, B, T) -> (K, B, T)
+    """Each digit's abacus index (its place within its number, from 1; 0 for other tokens)
+    plus `offset` (K, B), or in train mode one drawn per sequence when cfg.abacus_offset > 0."""
+    idx = abacus_index(tokens)
+    K, B, _ = tokens.shape
+    if offset is None and model.cfg.abacus_offset and model.training:
+        offset = abacus_offsets(model, B, tokens.device)
+    if offset is not None:
+        # digits only, as McLeish et al.'s code does. Moving non-digits too ('=' then carries
+        # k) was tried on add8 trained on <= 4 digits: the first answer digit came right on
+        # longer sums but the model learnt to stop after 4 answer digits (index minus '=''s
+        # index); with '=' at 0 it stops right and misses that digit
+        idx = idx + offset.view(K, B, 1) * (idx > 0)
+    return idx
 
 
 def abacus_offsets(model: nn.Module, B: int, device: torch.device) -> Tensor:  # (K, B) int64
