@@ -192,7 +192,7 @@ def reference_logits(cfg: ModelConfig, st: dict[str, torch.Tensor], tokens: torc
         x0 = x0 + pe * math.sqrt(2 / d)
     elif cfg.pos == "abacus":
         x0 = x0 + st["abacus.weight"][runs(cfg.abacus_max - 1)]
-    at = runs(T) if cfg.pos == "abacus_rope" else torch.arange(T).expand(B, T)
+    at = runs(T) if cfg.pos.startswith("abacus_") else torch.arange(T).expand(B, T)
     x = x0
     for loop in range(cfg.n_loops):
         if loop and cfg.input_injection:
@@ -206,7 +206,12 @@ def reference_logits(cfg: ModelConfig, st: dict[str, torch.Tensor], tokens: torc
             kk, v = kk.view(B, T, H, -1).transpose(1, 2), v.view(B, T, H, -1).transpose(1, 2)
             if cfg.pos in ("rope", "abacus_rope"):
                 q, kk = rope(q, at), rope(kk, at)
-            o = F.scaled_dot_product_attention(q, kk, v, is_causal=True)
+            bias = torch.zeros(B, H, T, T).masked_fill(~torch.ones(T, T).bool().tril(), -math.inf)
+            if cfg.pos == "abacus_bias":  # -softplus(slope) |gap - reach| on digit keys
+                a = st[f"{p}.attn.slope"].view(1, H, 1, 1), st[f"{p}.attn.reach"].view(1, H, 1, 1)
+                gap = (at[:, None, :] - at[:, :, None]).unsqueeze(1)  # (B, 1, Tq, T)
+                bias = bias - F.softplus(a[0]) * (gap - a[1]).abs() * (tokens < 10)[:, None, None]
+            o = F.scaled_dot_product_attention(q, kk, v, attn_mask=bias)
             x = x + lin(o.transpose(1, 2).reshape(B, T, -1), f"{p}.attn.o")
             if cfg.d_ff:
                 h = norm(x, f"{p}.norm2")
@@ -235,6 +240,7 @@ EQUIV = {
                               tie_embeddings=False),
     "rope_2heads": dict(pos="rope", n_heads=2, d_head=2, d_vhead=3),
     "abacus": dict(pos="abacus", abacus_max=4),
+    "abacus_bias_rms": dict(pos="abacus_bias", n_heads=2, d_head=4, d_vhead=3, norm="rms"),
     "abacus_rope_loops": dict(pos="abacus_rope", abacus_max=5, rope_base=3.0, n_heads=2,
                               d_head=4, d_vhead=3, n_loops=2),
     "loops_sinusoidal": dict(n_loops=3, pos="sinusoidal", n_layers=2),
@@ -305,7 +311,8 @@ def test_abacus_rope_sees_differences_of_place_only():
 
 def test_causal():
     for extra in ({}, {"pos": "abacus"}, {"pos": "rope", "d_head": 2, "n_loops": 2},
-                  {"pos": "abacus_rope", "d_head": 2, "d_vhead": 3, "n_heads": 2}):
+                  {"pos": "abacus_rope", "d_head": 2, "d_vhead": 3, "n_heads": 2},
+                  {"pos": "abacus_bias"}):
         cfg = cfg_of(n_ctx=12, **extra)
         model = ArithTransformer(cfg, k=2, seeds=[0, 1])
         tok = digits_and_symbols(cfg, 2, 3, 12)

@@ -32,7 +32,7 @@ def train(
     layers: int = typer.Option(None, "--layers", help="transformer blocks"),
     heads: int = typer.Option(None, "--heads", help="attention heads"),
     d_ff: int = typer.Option(None, "--d-ff", help="MLP width (0 = no MLP)"),
-    pos: str = typer.Option(None, "--pos", help="learned | sinusoidal | rope | abacus | abacus_rope | digit_index | none"),
+    pos: str = typer.Option(None, "--pos", help="learned | sinusoidal | rope | abacus | abacus_rope | abacus_bias | digit_index | none"),
     seeds: int = typer.Option(None, "--seeds", "-k", help="seeds trained together"),
     steps: int = typer.Option(None, "--steps", help="optimiser steps"),
     lr: float = typer.Option(None, "--lr", help="peak learning rate"),

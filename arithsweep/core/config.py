@@ -53,7 +53,8 @@ class DictConfig:
 
 ACTIVATIONS = ("relu", "gelu", "swiglu")
 NORMS = ("layer", "rms", "none")
-POSITIONS = ("learned", "sinusoidal", "rope", "abacus", "abacus_rope", "digit_index", "none")
+POSITIONS = ("learned", "sinusoidal", "rope", "abacus", "abacus_rope", "abacus_bias",
+             "digit_index", "none")
 EMBEDS = ("table", "arc")
 QK_NORMS = ("none", "head", "shared")
 ROPE_PAIRS = ("split", "interleaved")
@@ -91,7 +92,11 @@ class ModelConfig(DictConfig):
     # and k by each token's abacus index (RoPE on a digit's place within its number, 0 for other
     # tokens) instead of adding a table: attention then sees differences of significance only,
     # so "digit i meets digit i" holds at any length (a learned abacus table reuses the rows of
-    # indices that never share a training sequence: add8's row 1 had cosine 0.5 with rows 17-20)
+    # indices that never share a training sequence: add8's row 1 had cosine 0.5 with rows 17-20).
+    # abacus_bias: no positions in q or k; each head adds -slope * |(key's index - query's
+    # index) - reach| to its scores on digit keys (2 numbers a head): a head picks digits
+    # `reach` places away and its pull falls off linearly whatever the length, which a turned q
+    # and k (whose content sets the phase) do not promise
     pos: str = "learned"
     rope_base: float = 10000.0  # only with pos rope or abacus_rope
     # abacus: table size (most digits one number may have, +1). abacus_rope: the index span

@@ -146,7 +146,7 @@ def _tricks(cfg: dict[str, Any]) -> list[str]:
         t.append("tied K=V")
     if cfg.get("share_norms"):
         t.append("shared norms")
-    if cfg.get("pos") in ("rope", "sinusoidal", "abacus", "abacus_rope", "none"):
+    if cfg.get("pos") in ("rope", "sinusoidal", "abacus", "abacus_rope", "abacus_bias", "none"):
         t.append(f"{cfg['pos']} positions")
     if (cfg.get("n_loops") or 1) > 1:
         t.append(f"looped x{cfg['n_loops']}")

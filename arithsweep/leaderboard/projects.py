@@ -34,7 +34,7 @@ def _task(pattern: str) -> Callable[[dict[str, Any]], bool]:
 
 
 def _abacus(row: dict[str, Any]) -> bool:
-    return (row.get("model_config") or {}).get("pos") in ("abacus", "abacus_rope")
+    return str((row.get("model_config") or {}).get("pos")).startswith("abacus")
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,8 @@ GOOD = 0.9  # exact match a cell needs to count as generalised (the `ratio`)
 # a cell with at most this many problems per wanted one is listed, not sampled: its held-out
 # side (~1/16) then holds at most ~4x what is wanted, too few for fast distinct draws
 _ENUM_RATIO = 64
-WIDE_POSITIONS = ("abacus", "abacus_rope", "rope", "none")  # no per-absolute-position table
+# no table indexed by absolute position
+WIDE_POSITIONS = ("abacus", "abacus_rope", "abacus_bias", "rope", "none")
 
 
 @dataclass

@@ -15,6 +15,7 @@ the model (gradients against autograd included).
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 _EPS = 1e-5
@@ -165,6 +166,26 @@ def index_turns(idx: Tensor, inv: Tensor, H: int) -> tuple[Tensor, Tensor]:
     ang = idx.to(inv.dtype).unsqueeze(2) * inv.view(1, 1, -1, 1)  # (K, B, half, T)
     return tuple(f(ang).unsqueeze(2).expand(K, B, H, -1, T).reshape(K * B * H, -1, T)
                  for f in (torch.cos, torch.sin))
+
+
+def place_bias(idx: Tensor, q_from: int, slope: Tensor, reach: Tensor) -> Tensor:
+    """abacus_bias's additive scores: idx (K, B, T) abacus indices (0 = not a digit), slope and
+    reach (K, H) -> (K*B*H, Tq, T), -softplus(slope) * |idx_key - idx_query - reach| where the
+    key is a digit, 0 where it is not (such keys stay reachable from any place)."""
+    K, B, T = idx.shape
+    H = slope.shape[1]
+    x = idx.to(slope.dtype)
+    gap = (x.unsqueeze(2) - x[..., q_from:].unsqueeze(3)).unsqueeze(2)  # (K, B, 1, Tq, T)
+    far = (gap - reach.view(K, 1, H, 1, 1)).abs() * (idx > 0).view(K, B, 1, 1, T)
+    return (-F.softplus(slope).view(K, 1, H, 1, 1) * far).reshape(K * B * H, T - q_from, T)
+
+
+def biased_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, scale: float) -> Tensor:
+    """Plain autograd attention with a per-sequence additive bias (gradients reach it):
+    q (N, qk, Tq), k (N, qk, T), v (N, vh, T), bias (N, Tq, T) with the causal mask in it ->
+    (N, vh, Tq)."""
+    p = torch.baddbmm(bias, q.transpose(1, 2), k, alpha=scale).softmax(-1)  # (N, Tq, T)
+    return torch.bmm(v, p.transpose(1, 2))
 
 
 def abacus_index(tokens: Tensor, n_digits: int = 10) -> Tensor:  # (K, B, T) -> (K, B, T)

@@ -34,7 +34,9 @@ from arithsweep.core.model.layers import (
     _normed,
     _table,
     attend,
+    biased_attention,
     index_turns,
+    place_bias,
     qk_normed,
     rope,
 )
@@ -51,6 +53,7 @@ from arithsweep.core.model.weights import (
     place_pattern,
     place_rows,
     pos_part,
+    sinusoid_table,
     token_table,
 )
 
@@ -131,16 +134,7 @@ class ArithTransformer(nn.Module):
                              persistent=False)  # (T, T) additive: 0 on and below the diagonal
         pos = torch.arange(T, dtype=torch.float64).unsqueeze(1)  # (T, 1)
         if cfg.pos == "sinusoidal":
-            dp = d_pos
-            freq = torch.exp(-math.log(10000.0) * torch.arange(0, dp, 2, dtype=torch.float64) / dp)
-            pe = torch.zeros(T, dp, dtype=torch.float64)
-            pe[:, 0::2] = torch.sin(pos * freq)
-            pe[:, 1::2] = torch.cos(pos * freq[: dp // 2])
-            # scaled to the token embeddings' init scale (per-coordinate variance 1/d), so that
-            # for tiny d the fixed positions do not drown the learned token identity
-            pe = (pe * math.sqrt(2.0 / d)).float()
-            pe = F.pad(pe, (d - dp, 0)).T.contiguous()  # the position part is the last dims
-            self.register_buffer("sinusoid", pe, persistent=False)  # (d, T)
+            self.register_buffer("sinusoid", sinusoid_table(T, d, d_pos), persistent=False)
         elif cfg.pos in ("rope", "abacus_rope"):
             half = cfg.qk_head // 2
             inv = cfg.rope_base ** (-torch.arange(half, dtype=torch.float64) / half)
@@ -204,12 +198,10 @@ class ArithTransformer(nn.Module):
         x0 = _lookup(emb, tokens.reshape(K, B * T)).view(K, d, B, T)
         if (rows := self.position_rows(T)) is not None:
             x0 = x0 + rows.transpose(1, 2).unsqueeze(2)  # (K or 1, d, 1, T)
-        turns = None  # abacus_rope's per-sequence cos and sin, each (K*B*H, half, T)
-        if cfg.pos in ("abacus", "abacus_rope"):
+        idx = None  # abacus_rope / abacus_bias: the digits' places (K, B, T), read per block
+        if cfg.pos.startswith("abacus"):
             idx = abacus_indices(self, tokens, abacus_offset)  # (K, B, T)
-            if cfg.pos == "abacus_rope":
-                turns = index_turns(idx, self.rope_inv, cfg.n_heads)
-            else:
+            if cfg.pos == "abacus":
                 idx = idx.clamp_(max=cfg.abacus_max - 1).view(K, B * T)
                 x0 = x0 + _lookup(pos_part(self.abacus.weight, d), idx).view(K, d, B, T)
         x0 = x0.reshape(K, d, B * T)
@@ -225,7 +217,7 @@ class ArithTransformer(nn.Module):
                 x = x + x0
             for j, blk in enumerate(self.layers):
                 q_from = from_pos if (loop, j) == last_call else 0
-                x = self._block(blk, x, B, T, q_from, turns)
+                x = self._block(blk, x, B, T, q_from, idx)
                 if cap is not None:
                     cap["resid"].append(x.detach().view(K, d, B, T).norm(dim=1))
         # unembedding W^T is the embedding itself when tied: (K, V, d)
@@ -267,10 +259,10 @@ class ArithTransformer(nn.Module):
             self._capture = None
 
     def _block(self, blk: _Block, x: Tensor, B: int, T: int, q_from: int = 0,
-               turns: tuple[Tensor, Tensor] | None = None) -> Tensor:
+               idx: Tensor | None = None) -> Tensor:
         """x (K, d, B*T) -> (K, d, B*(T - q_from)): keys and values from every position,
-        queries (and so the outputs, attention rows and MLP) only from `q_from` on; `turns`
-        (cos, sin) turn q and k per sequence (abacus_rope) instead of by place (rope)."""
+        queries (and so the outputs, attention rows and MLP) only from `q_from` on; `idx`
+        (K, B, T): the abacus indices abacus_rope turns q and k by, or abacus_bias biases by."""
         cfg, K = self.cfg, self.k
         H, Hkv, qk, vh = cfg.n_heads, cfg.kv_heads, cfg.qk_head, cfg.v_head
         norm1 = self.shared_norm if blk.norm1 is None else blk.norm1
@@ -297,16 +289,21 @@ class ArithTransformer(nn.Module):
             wqn, wkn = (a.q_norm, a.k_norm) if cfg.qk_norm == "head" else (a.qk_norm,) * 2
             q, k = qk_normed(q, wqn, K), qk_normed(k, wkn, K)
         if cfg.pos in ("rope", "abacus_rope"):
-            cos, sin = turns or (self.rope_cos, self.rope_sin)
+            cos, sin = (self.rope_cos, self.rope_sin) if idx is None else \
+                index_turns(idx, self.rope_inv, H)  # (K*B*H, half, T) per sequence
             q, k = (rope(t, cos, sin, cfg.rope_pairs == "interleaved") for t in (q, k))
         Tq = T - q_from
         if q_from:
             q = q[..., q_from:]  # (K*B*H, qk, Tq)
             x = x.view(K, -1, B, T)[..., q_from:].reshape(K, -1, B * Tq)
         mask = self.mask[q_from:T, :T]  # (Tq, T)
-        o = attend(q, k, v, mask, qk ** -0.5, self.attention)  # (K*B*H, vh, Tq)
-        if self._capture is not None:  # inspection only: p again, exactly as apply makes it
-            p = torch.baddbmm(self.mask[:T, :T], q.detach().transpose(1, 2), k.detach(),
+        if cfg.pos == "abacus_bias":  # per-sequence scores: plain autograd attention
+            mask = place_bias(idx, q_from, a.slope, a.reach) + mask  # (K*B*H, Tq, T)
+            o = biased_attention(q, k, v, mask, qk ** -0.5)
+        else:
+            o = attend(q, k, v, mask, qk ** -0.5, self.attention)  # (K*B*H, vh, Tq)
+        if self._capture is not None:  # inspection only (q_from 0): p again, as apply makes it
+            p = torch.baddbmm(mask.detach(), q.detach().transpose(1, 2), k.detach(),
                               alpha=qk ** -0.5).softmax(-1)  # (K*B*H, T, T)
             self._capture["attn"].append(p.view(K, B, H, T, T))
         # splitting N = K*B*H is a view for either kernel's strides; then one copy

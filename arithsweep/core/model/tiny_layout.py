@@ -65,7 +65,7 @@ def unsupported(cfg, device: str | torch.device) -> str | None:
     why = [(cfg.n_layers != 1, f"{cfg.n_layers} layers (one block only)"),
            (cfg.n_loops != 1, "looped blocks"),
            (cfg.attn_bias or cfg.mlp_bias or cfg.unembed_bias, "biases"),
-           (cfg.pos in ("abacus", "abacus_rope"), "abacus positions (they read the tokens)")]
+           (cfg.pos.startswith("abacus"), "abacus positions (they read the tokens)")]
     for bad, reason in why:
         if bad:
             return reason

@@ -50,6 +50,8 @@ def make_attn_params(cfg: ModelConfig, k: int) -> nn.Module:
             a.v = _Proj(k, d_in, Hkv * vh, cfg.rank_of("v"), ab)
     if not cfg.tie_o:
         a.o = _Proj(k, H * vh, d, cfg.rank_of("o"), ab)
+    if cfg.pos == "abacus_bias":  # per head: how hard it keeps to `reach` places away
+        a.slope, a.reach = _table(k, H), _table(k, H)
     if cfg.qk_norm == "head":
         a.q_norm, a.k_norm = _table(k, qk), _table(k, qk)
     elif cfg.qk_norm == "shared":
@@ -215,6 +217,10 @@ def init_special(name: str, p: Tensor, i: int, gen: torch.Generator | None,
         u = torch.rand(2, generator=gen)
         p[i].copy_(torch.tensor([1.0, 2 * math.pi * float(u[0]),
                                  2 * math.pi / N_DIGITS * (0.9 + 0.2 * float(u[1]))]))
+    elif last == "slope":  # abacus_bias: softplus(0.5413) = 1 per place
+        p[i].fill_(0.5413)
+    elif last == "reach":  # abacus_bias: each head starts looking somewhere in -2..3 places
+        p[i].copy_(torch.rand(p.shape[1:], generator=gen) * 5 - 2)
     elif parts[0] == "place":  # the fixed pattern's numbers: training starts from it
         p[i].copy_(torch.tensor([PLACE_RADIUS, 0.0, PLACE_SLOPE, 0.0]))
     elif parts[0] == "slots":
@@ -282,6 +288,19 @@ def place_rows(model: nn.Module, T: int) -> Tensor:  # -> (K, T, d): digit_index
         rows = model.slots.weight[:, slot.clamp(min=0)]  # (K, T, d_pos)
         pe = pe + rows * (slot >= 0).view(1, -1, 1)
     return pos_part(pe, model.cfg.d_model)
+
+
+def sinusoid_table(T: int, d: int, d_pos: int) -> Tensor:  # -> (d, T) float32
+    """The fixed sinusoidal positions (pos: sinusoidal) in the last d_pos dims of d."""
+    pos = torch.arange(T, dtype=torch.float64).unsqueeze(1)  # (T, 1)
+    freq = torch.exp(-math.log(10000.0) * torch.arange(0, d_pos, 2, dtype=torch.float64) / d_pos)
+    pe = torch.zeros(T, d_pos, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(pos * freq)
+    pe[:, 1::2] = torch.cos(pos * freq[: d_pos // 2])
+    # scaled to the token embeddings' init scale (per-coordinate variance 1/d), so that for
+    # tiny d the fixed positions do not drown the learned token identity
+    pe = (pe * math.sqrt(2.0 / d)).float()
+    return torch.nn.functional.pad(pe, (d - d_pos, 0)).T.contiguous()
 
 
 def abacus_indices(model: nn.Module, tokens: Tensor,
