@@ -87,6 +87,11 @@ def test_select_rows_best_per_task_and_smallest_per_target():
             {"task": "sub3", "target": 0.99, "params": 4624, "nines": 6},
             {"task": "sub3", "target": 0.99, "params": 5000, "nines": 6}]
     assert [r["params"] for r in pub.select_rows(rows)] == [912, 4624]
+    # what a search verified stays beside a recipe's better run of the same size (mul2)
+    rows = [{"task": "mul2", "target": 0.99, "params": 17376, "nines": 3},
+            {"task": "mul2", "target": 0.99, "params": 17376, "nines": 2, "search_name": "s1"},
+            {"task": "mul2", "target": 0.99, "params": 17376, "nines": 2, "search_name": "s2"}]
+    assert [r.get("search_name") for r in pub.select_rows(rows)] == [None, "s1"]
 
 
 def test_published_reproduce_points_at_the_published_config():

@@ -64,17 +64,21 @@ def select_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     smallest entry of each (task, target) pair, so a model verified against a stricter target
     stays listed next to a smaller one that only met a looser target, and the first entry with
     the most nines of each task, so an exact model stays listed beside a smaller 2-nines one
-    (Quirke's measure is nines)."""
+    (Quirke's measure is nines), and the smallest entry a search found of each task, so what
+    `arithsweep search` itself verified stays listed beside a recipe's run of the same size."""
     most: dict[Any, dict[str, Any]] = {}
+    searched: dict[Any, dict[str, Any]] = {}
     for row in rows:
         top = most.get(row.get("task"))
         if top is None or (row.get("nines") or 0) > (top.get("nines") or 0):
             most[row.get("task")] = row
+        if row.get("search_name"):
+            searched.setdefault(row.get("task"), row)
     seen: set[tuple[Any, ...]] = set()
     keep = []
     for row in rows:
         keys = {(row.get("task"),), (row.get("task"), row.get("target"))}
-        if keys - seen or most.get(row.get("task")) is row:
+        if keys - seen or row is most.get(row.get("task")) or row is searched.get(row.get("task")):
             keep.append(row)
         seen |= keys
     return keep
