@@ -156,10 +156,11 @@ def _print_summary(s) -> None:
         out.print(f"{s.cpu_hours:.2f} CPU-hours of trials: "
                   f"{s.n_trials / s.cpu_hours:.1f} proposals trained per CPU-hour")
     if s.best:
-        out.print(f"best: [bold]{s.best.get('params')}[/] parameters, exact match "
-                  f"{s.best.get('exact_match'):.4f} (trial {s.best.get('trial_id')}, "
-                  f"verified {s.best.get('verified_em') or '-'}, "
-                  f"leaderboard entry {s.best.get('entry_id') or '-'})")
+        b, ver = s.best, s.best.get("verified_em")
+        em = f"verified {ver:.4f}" if ver is not None else "not verified"
+        out.print(f"best: [bold]{b.get('params')}[/] parameters, {em} (trial "
+                  f"{b.get('trial_id')}, {b.get('exact_match'):.4f} held-out while training, "
+                  f"leaderboard entry {b.get('entry_id') or '-'})")
     else:
         out.print("[yellow]no trial reached the target[/]: try more --trials, a bigger space "
                   "or a longer --trial-steps")
