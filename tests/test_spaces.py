@@ -23,7 +23,7 @@ from arithsweep.search.spaces import (
 )
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-SHIPPED = ("abacus", "adderboard", "microadder", "mul", "quirke", "sort", "tiny")
+SHIPPED = ("abacus", "adderboard", "microadder", "mul", "mul3", "quirke", "sort", "tiny")
 
 
 def _write(tmp_path: Path, text: str, name: str = "myspace.yaml") -> Path:
@@ -417,10 +417,10 @@ class _Fixed:
 def test_default_space_follows_the_task():
     from arithsweep.search.spaces import default_space
 
-    assert [default_space(t) for t in ("add2", "add3", "mul2", "sort3", "sub3", "mix2", "add6",
-                                       "add10", "ADD10")] == [
-        "tiny", "microadder", "mul", "sort", "quirke", "quirke", "adderboard", "adderboard",
-        "adderboard"]
+    assert [default_space(t) for t in ("add2", "add3", "mul2", "mul3", "sort3", "sub3", "mix2",
+                                       "add6", "add10", "ADD10")] == [
+        "tiny", "microadder", "mul", "mul3", "sort", "quirke", "quirke", "adderboard",
+        "adderboard", "adderboard"]
     assert all(default_space(t) in SHIPPED for t in ("add3", "sort2", "sub3", "add10", "mul3"))
 
 

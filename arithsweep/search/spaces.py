@@ -153,7 +153,7 @@ def shipped_space_names() -> list[str]:
 
 def default_space(task: str) -> str:
     """The shipped space a search uses when none is named: the one made for that kind of task
-    (sorting; Quirke's sub/mix; multiplication; 3-5 digit addition, MicroAdder's family; 6+
+    (sorting; Quirke's sub/mix; multiplication, mul3 and up apart; 3-5 digit addition, MicroAdder's family; 6+
     digit addition, whose tiny 1-layer widths tiny cannot reach; everything else the
     small-task space)."""
     from arithsweep.core.data.tasks import get_task  # the one task-name parser; torch, so lazily
@@ -163,8 +163,8 @@ def default_space(task: str) -> str:
         return "sort"
     if t.op in ("sub", "mix"):
         return "quirke"
-    if t.op == "mul":
-        return "mul"
+    if t.op == "mul":  # mul3's trials are hours long: its own space (search_spaces/mul3.yaml)
+        return "mul3" if t.n_digits >= 3 else "mul"
     if t.op == "add" and 3 <= t.n_digits <= 5:  # its 57 p verified on add3; tiny stops ~190
         return "microadder"
     return "adderboard" if t.op == "add" and t.n_digits >= 6 else "tiny"
