@@ -153,9 +153,9 @@ def shipped_space_names() -> list[str]:
 
 def default_space(task: str) -> str:
     """The shipped space a search uses when none is named: the one made for that kind of task
-    (sorting; Quirke's sub/mix; multiplication, mul3 and up apart; 3-5 digit addition, MicroAdder's family; 6+
-    digit addition, whose tiny 1-layer widths tiny cannot reach; everything else the
-    small-task space)."""
+    (sorting; Quirke's sub/mix; multiplication, mul3 and up apart; 3-5 digit addition,
+    MicroAdder's family; 6+ digit addition, whose tiny 1-layer widths tiny cannot reach;
+    everything else the small-task space)."""
     from arithsweep.core.data.tasks import get_task  # the one task-name parser; torch, so lazily
 
     t = get_task(task)
