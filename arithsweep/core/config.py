@@ -53,8 +53,9 @@ class DictConfig:
 
 ACTIVATIONS = ("relu", "gelu", "swiglu")
 NORMS = ("layer", "rms", "none")
-POSITIONS = ("learned", "sinusoidal", "rope", "abacus", "abacus_rope", "abacus_bias",
-             "digit_index", "none")
+# positions read from the tokens: each digit's place within its own number (abacus index)
+ABACUS_POSITIONS = ("abacus", "abacus_rope", "abacus_bias")
+POSITIONS = ("learned", "sinusoidal", "rope", *ABACUS_POSITIONS, "digit_index", "none")
 EMBEDS = ("table", "arc")
 QK_NORMS = ("none", "head", "shared")
 ROPE_PAIRS = ("split", "interleaved")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from arithsweep import __version__
+from arithsweep.core.config import ABACUS_POSITIONS
 from arithsweep.core.errors import ArithsweepError
 
 # our own imports, one line or a parenthesised list over several ([^)] crosses newlines)
@@ -146,7 +147,7 @@ def _tricks(cfg: dict[str, Any]) -> list[str]:
         t.append("tied K=V")
     if cfg.get("share_norms"):
         t.append("shared norms")
-    if cfg.get("pos") in ("rope", "sinusoidal", "abacus", "abacus_rope", "abacus_bias", "none"):
+    if cfg.get("pos") in ("rope", "sinusoidal", *ABACUS_POSITIONS, "none"):
         t.append(f"{cfg['pos']} positions")
     if (cfg.get("n_loops") or 1) > 1:
         t.append(f"looped x{cfg['n_loops']}")

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from arithsweep.core.config import ABACUS_POSITIONS
 from arithsweep.core.evaluation.stats import nines, percent
 
 PICTURES = "pictures"  # beside LEADERBOARD.md; committed by hand, linked when present
@@ -34,7 +35,7 @@ def _task(pattern: str) -> Callable[[dict[str, Any]], bool]:
 
 
 def _abacus(row: dict[str, Any]) -> bool:
-    return str((row.get("model_config") or {}).get("pos")).startswith("abacus")
+    return (row.get("model_config") or {}).get("pos") in ABACUS_POSITIONS
 
 
 @dataclass(frozen=True)

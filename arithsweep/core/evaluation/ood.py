@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from arithsweep.core.config import ABACUS_POSITIONS
 from arithsweep.core.data.sampling import _POW10, _distinct
 from arithsweep.core.data.tasks import MAX_DIGITS, Task, get_task
 from arithsweep.core.errors import ConfigError
@@ -43,8 +44,7 @@ GOOD = 0.9  # exact match a cell needs to count as generalised (the `ratio`)
 # a cell with at most this many problems per wanted one is listed, not sampled: its held-out
 # side (~1/16) then holds at most ~4x what is wanted, too few for fast distinct draws
 _ENUM_RATIO = 64
-# no table indexed by absolute position
-WIDE_POSITIONS = ("abacus", "abacus_rope", "abacus_bias", "rope", "none")
+WIDE_POSITIONS = (*ABACUS_POSITIONS, "rope", "none")  # no table indexed by absolute position
 
 
 @dataclass

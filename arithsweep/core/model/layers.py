@@ -168,15 +168,23 @@ def index_turns(idx: Tensor, inv: Tensor, H: int) -> tuple[Tensor, Tensor]:
                  for f in (torch.cos, torch.sin))
 
 
-def place_bias(idx: Tensor, q_from: int, slope: Tensor, reach: Tensor) -> Tensor:
-    """abacus_bias's additive scores: idx (K, B, T) abacus indices (0 = not a digit), slope and
-    reach (K, H) -> (K*B*H, Tq, T), -softplus(slope) * |idx_key - idx_query - reach| where the
-    key is a digit, 0 where it is not (such keys stay reachable from any place)."""
+def place_gaps(idx: Tensor) -> tuple[Tensor, Tensor]:
+    """abacus_bias's per-forward part, shared by every block: idx (K, B, T) abacus indices (0 =
+    not a digit) -> gap (K, B, 1, T, T), key's index - query's index, and which keys are digits
+    (K, B, 1, 1, T)."""
     K, B, T = idx.shape
+    x = idx.float()
+    return (x.unsqueeze(2) - x.unsqueeze(3)).unsqueeze(2), (idx > 0).view(K, B, 1, 1, T)
+
+
+def place_bias(gap: Tensor, digit: Tensor, q_from: int, slope: Tensor,
+               reach: Tensor) -> Tensor:
+    """abacus_bias's additive scores from place_gaps, for the queries from `q_from` on: slope
+    and reach (K, H) -> (K*B*H, Tq, T), -softplus(slope) * |gap - reach| where the key is a
+    digit, 0 where it is not (such keys stay reachable from any place)."""
+    K, B, _, T, _ = gap.shape
     H = slope.shape[1]
-    x = idx.to(slope.dtype)
-    gap = (x.unsqueeze(2) - x[..., q_from:].unsqueeze(3)).unsqueeze(2)  # (K, B, 1, Tq, T)
-    far = (gap - reach.view(K, 1, H, 1, 1)).abs() * (idx > 0).view(K, B, 1, 1, T)
+    far = (gap[..., q_from:, :] - reach.view(K, 1, H, 1, 1)).abs() * digit  # (K, B, H, Tq, T)
     return (-F.softplus(slope).view(K, 1, H, 1, 1) * far).reshape(K * B * H, T - q_from, T)
 
 

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from arithsweep.core.config import ACTIVATIONS, NORMS, POSITIONS, ModelConfig
+from arithsweep.core.config import ABACUS_POSITIONS, ACTIVATIONS, NORMS, POSITIONS, ModelConfig
 from arithsweep.core.errors import CheckpointError
 from arithsweep.core.model.layers import (
     _lookup,
@@ -37,6 +37,7 @@ from arithsweep.core.model.layers import (
     biased_attention,
     index_turns,
     place_bias,
+    place_gaps,
     qk_normed,
     rope,
 )
@@ -132,18 +133,17 @@ class ArithTransformer(nn.Module):
         causal = torch.ones(T, T, dtype=torch.bool).tril()
         self.register_buffer("mask", torch.zeros(T, T).masked_fill(~causal, float("-inf")),
                              persistent=False)  # (T, T) additive: 0 on and below the diagonal
-        pos = torch.arange(T, dtype=torch.float64).unsqueeze(1)  # (T, 1)
         if cfg.pos == "sinusoidal":
             self.register_buffer("sinusoid", sinusoid_table(T, d, d_pos), persistent=False)
-        elif cfg.pos in ("rope", "abacus_rope"):
-            half = cfg.qk_head // 2
-            inv = cfg.rope_base ** (-torch.arange(half, dtype=torch.float64) / half)
-            if cfg.pos == "abacus_rope":  # the fastest pair turns half a turn over abacus_max
-                inv = inv * (math.pi / cfg.abacus_max)
-            self.register_buffer("rope_inv", inv.float(), persistent=False)  # (half,)
-            ang = (pos * inv).T.float()  # (half, T)
+        half = cfg.qk_head // 2
+        inv = cfg.rope_base ** (-torch.arange(half, dtype=torch.float64) / half)  # (half,)
+        if cfg.pos == "rope":
+            ang = (torch.arange(T, dtype=torch.float64).unsqueeze(1) * inv).T.float()  # (half, T)
             self.register_buffer("rope_cos", ang.cos(), persistent=False)
             self.register_buffer("rope_sin", ang.sin(), persistent=False)
+        elif cfg.pos == "abacus_rope":  # angles: the tokens' places; fastest pair pi/abacus_max
+            self.register_buffer("rope_inv", (inv * (math.pi / cfg.abacus_max)).float(),
+                                 persistent=False)
 
         if next(self.parameters()).is_meta:  # built only to be counted (count_params(cfg))
             return
@@ -198,12 +198,15 @@ class ArithTransformer(nn.Module):
         x0 = _lookup(emb, tokens.reshape(K, B * T)).view(K, d, B, T)
         if (rows := self.position_rows(T)) is not None:
             x0 = x0 + rows.transpose(1, 2).unsqueeze(2)  # (K or 1, d, 1, T)
-        idx = None  # abacus_rope / abacus_bias: the digits' places (K, B, T), read per block
-        if cfg.pos.startswith("abacus"):
+        place = None  # what every block reads of the places: see _block
+        if cfg.pos in ABACUS_POSITIONS:
             idx = abacus_indices(self, tokens, abacus_offset)  # (K, B, T)
             if cfg.pos == "abacus":
                 idx = idx.clamp_(max=cfg.abacus_max - 1).view(K, B * T)
                 x0 = x0 + _lookup(pos_part(self.abacus.weight, d), idx).view(K, d, B, T)
+            else:
+                place = index_turns(idx, self.rope_inv, cfg.n_heads) \
+                    if cfg.pos == "abacus_rope" else place_gaps(idx)
         x0 = x0.reshape(K, d, B * T)
         x = x0
         if (cap := self._capture) is not None:  # inspection only: norms (K, B, T)
@@ -217,7 +220,7 @@ class ArithTransformer(nn.Module):
                 x = x + x0
             for j, blk in enumerate(self.layers):
                 q_from = from_pos if (loop, j) == last_call else 0
-                x = self._block(blk, x, B, T, q_from, idx)
+                x = self._block(blk, x, B, T, q_from, place)
                 if cap is not None:
                     cap["resid"].append(x.detach().view(K, d, B, T).norm(dim=1))
         # unembedding W^T is the embedding itself when tied: (K, V, d)
@@ -259,10 +262,11 @@ class ArithTransformer(nn.Module):
             self._capture = None
 
     def _block(self, blk: _Block, x: Tensor, B: int, T: int, q_from: int = 0,
-               idx: Tensor | None = None) -> Tensor:
+               place: tuple[Tensor, Tensor] | None = None) -> Tensor:
         """x (K, d, B*T) -> (K, d, B*(T - q_from)): keys and values from every position,
-        queries (and so the outputs, attention rows and MLP) only from `q_from` on; `idx`
-        (K, B, T): the abacus indices abacus_rope turns q and k by, or abacus_bias biases by."""
+        queries (and so the outputs, attention rows and MLP) only from `q_from` on. `place`,
+        made once per forward from the tokens: abacus_rope's (cos, sin) to turn q and k by,
+        abacus_bias's (place gaps, digit keys) to bias the scores by (layers.place_gaps)."""
         cfg, K = self.cfg, self.k
         H, Hkv, qk, vh = cfg.n_heads, cfg.kv_heads, cfg.qk_head, cfg.v_head
         norm1 = self.shared_norm if blk.norm1 is None else blk.norm1
@@ -289,8 +293,7 @@ class ArithTransformer(nn.Module):
             wqn, wkn = (a.q_norm, a.k_norm) if cfg.qk_norm == "head" else (a.qk_norm,) * 2
             q, k = qk_normed(q, wqn, K), qk_normed(k, wkn, K)
         if cfg.pos in ("rope", "abacus_rope"):
-            cos, sin = (self.rope_cos, self.rope_sin) if idx is None else \
-                index_turns(idx, self.rope_inv, H)  # (K*B*H, half, T) per sequence
+            cos, sin = place or (self.rope_cos, self.rope_sin)  # per sequence, or by position
             q, k = (rope(t, cos, sin, cfg.rope_pairs == "interleaved") for t in (q, k))
         Tq = T - q_from
         if q_from:
@@ -298,7 +301,7 @@ class ArithTransformer(nn.Module):
             x = x.view(K, -1, B, T)[..., q_from:].reshape(K, -1, B * Tq)
         mask = self.mask[q_from:T, :T]  # (Tq, T)
         if cfg.pos == "abacus_bias":  # per-sequence scores: plain autograd attention
-            mask = place_bias(idx, q_from, a.slope, a.reach) + mask  # (K*B*H, Tq, T)
+            mask = place_bias(*place, q_from, a.slope, a.reach) + mask  # (K*B*H, Tq, T)
             o = biased_attention(q, k, v, mask, qk ** -0.5)
         else:
             o = attend(q, k, v, mask, qk ** -0.5, self.attention)  # (K*B*H, vh, Tq)

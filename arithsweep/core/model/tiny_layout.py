@@ -39,6 +39,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from arithsweep.core.config import ABACUS_POSITIONS
 from arithsweep.core.model.layers import _EPS
 from arithsweep.core.model.weights import attn_weights, mlp_weights, token_table
 
@@ -65,7 +66,7 @@ def unsupported(cfg, device: str | torch.device) -> str | None:
     why = [(cfg.n_layers != 1, f"{cfg.n_layers} layers (one block only)"),
            (cfg.n_loops != 1, "looped blocks"),
            (cfg.attn_bias or cfg.mlp_bias or cfg.unembed_bias, "biases"),
-           (cfg.pos.startswith("abacus"), "abacus positions (they read the tokens)")]
+           (cfg.pos in ABACUS_POSITIONS, "abacus positions (they read the tokens)")]
     for bad, reason in why:
         if bad:
             return reason
