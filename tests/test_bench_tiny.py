@@ -35,3 +35,12 @@ def test_quick_tiny_rows_measure_each_layout_against_the_reference_and_the_plain
         if "vs_best_reference" in r and r["model"] == "87p":
             assert abs(r["vs_best_reference"] * best - r["examples_per_s"]) < 1e-6 * best
     assert len(lines) == len(rows)
+
+
+def test_a_gpu_bench_measures_no_tiny_kernel_layout():
+    from arithsweep.core.bench_tiny import layouts_for
+    for quick in (True, False):
+        cpu, gpu = layouts_for("cpu", quick), layouts_for("cuda", quick)
+        assert any(r[4] == "tiny" for r in cpu)  # the CPU bench keeps the kernel's rows
+        assert gpu and all(r[4] != "tiny" for r in gpu)
+        assert gpu[0] == cpu[0]  # the `vs 1 seed` base is the same row on both

@@ -54,6 +54,13 @@ LAYOUTS = (("reference, 1 seed", 1, BATCH, False, "reference"),
            ("tiny, 64 seeds packed", 64, BATCH, False, "tiny"),
            ("default (train's choice), 8 seeds", 8, BATCH, False, "auto"))
 QUICK = (0, 2, 7, 9)  # --quick: enough rows to see the ratio
+
+
+def layouts_for(device: str, quick: bool) -> list[tuple]:
+    """The LAYOUTS rows measured on `device`: the tiny kernel is C for CPUs, so a GPU bench
+    measures the reference layouts (and train's own choice) only."""
+    rows = [LAYOUTS[i] for i in QUICK] if quick else list(LAYOUTS)
+    return rows if device == "cpu" else [r for r in rows if r[4] != "tiny"]
 # one-block add10 shapes of growing width for the crossover rows: (d_model, heads, d_ff)
 WIDTHS = ((7, 1, 14), (16, 2, 32), (32, 4, 64), (64, 4, 128))
 
@@ -148,11 +155,12 @@ def tiny_rows(quick: bool, device: str,
     """Examples/s of every layout on both bench models and of the plain loop (87p only), with
     each figure as a ratio to `1 seed` and to the plain loop, measured in this one run."""
     examples = 2**15 if quick else 2**19
-    layouts = [LAYOUTS[i] for i in QUICK] if quick else LAYOUTS
+    layouts = layouts_for(device, quick)
     rows: list[dict[str, Any]] = []
     for label, task, cfg in tiny_models():
         mine: list[dict[str, Any]] = []
-        plain = plain_loop(task, examples) if label == "87p" else None
+        # the plain loop is a CPU program: a ratio to it is only a ratio on a CPU bench
+        plain = plain_loop(task, examples) if label == "87p" and device == "cpu" else None
         if plain is not None:
             n_plain = sum(p.numel() for p in PlainAdder(task.vocab_size).parameters())
             mine.append({"model": label, "params": n_plain, "layout": "plain PyTorch loop",
