@@ -221,3 +221,25 @@ def test_model_that_does_not_fit_the_task_is_refused():
     m.vocab_size -= 1  # a table too small for the task's tokens (a larger one is allowed:
     with pytest.raises(ConfigError, match="does not fit task"):  # a published model's own)
         train(task, m, t)
+
+
+def test_train_job_speed_leaves_out_the_final_check_it_did_not_train_through(monkeypatch, tmp_path):
+    """The full check after training is not in the loop's wall time: a slow one (a fake clock
+    makes each take 1000 s) must not turn into a negative training time and a huge speed."""
+    import itertools
+
+    from arithsweep.core import api
+    from arithsweep.core.evaluation import confirm
+    from arithsweep.core.overrides import build_configs
+
+    ticks = itertools.count(0.0, 1000.0)  # each perf_counter call in confirm: +1000 s
+    monkeypatch.setattr(confirm, "time", type("FakeTime", (), {
+        "perf_counter": staticmethod(lambda: next(ticks))}))
+    task, m, t = build_configs("add2", None, None, {
+        "n_layers": 1, "d_model": 8, "n_heads": 1, "d_ff": 16, "steps": 20, "seeds": 1,
+        "eval_every": 10, "eval_size": 256, "target": 1.0, "warmup": 2})
+    out = api.train_job(task, m, t, tmp_path / "ck", progress=False)
+    assert out["check_seconds"] >= 1000  # the final check ran on the fake clock
+    assert 0 < out["train_seconds"] < 1000
+    eps, sec = out["examples_per_s"], out["train_seconds"]  # sec is rounded to 0.01 s
+    assert eps * (sec - 0.006) <= 20 * 128 <= eps * (sec + 0.006)
