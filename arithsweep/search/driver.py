@@ -249,7 +249,7 @@ def _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri, experime
 
 def _finish(opts, name, sdir, task, target, results, mlflow_uri, experiment_id, optuna_url,
             state, near_miss: float) -> SearchSummary:
-    from arithsweep.search import incumbent, searcher, tracking
+    from arithsweep.search import incumbent, tracking, verdicts
     from arithsweep.search.plots import frontier, plot_params_vs_em
     from arithsweep.search.replay import cut_near_misses
     from arithsweep.search.results import architecture_rates, close_unreported, trial_rows
@@ -270,7 +270,7 @@ def _finish(opts, name, sdir, task, target, results, mlflow_uri, experiment_id, 
             "seeds_trained": r.get("seeds_trained")})
     # Proposals held back for their verdict are told now, before every Optuna trial still
     # running is failed.
-    searcher.tell_verified(name, target, final=True)
+    verdicts.tell_verified(name, target, final=True)
     close_unreported(rows, optuna_url, name, mlflow_uri, experiment_id)
     verified = []
     for trial_id, item in state.verified.items():

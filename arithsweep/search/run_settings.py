@@ -51,7 +51,7 @@ class DriverState:
     # proposal id -> its MLflow run, so a verified entry is recorded with the run it came from
     mlflow_runs: dict[str, str] = field(default_factory=dict)
     # proposal id -> (study, Optuna trial, params, violation): reached the target held-out, told to
-    # Optuna once verified (arithsweep.search.searcher.tell_verified)
+    # Optuna once verified (arithsweep.search.verdicts.tell_verified)
     awaiting: dict[str, tuple] = field(default_factory=dict)
     # On a resume: the Tune trials the last run ended for good (TERMINATED or ERROR: the
     # deadline, the incumbent, an error), which Tune never restarts, and the concurrency now

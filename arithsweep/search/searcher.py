@@ -42,13 +42,10 @@ from ray.tune.search.optuna import OptunaSearch
 from arithsweep.search import packs, run_settings
 from arithsweep.search.packs import PROPOSALS, TRIAL_NUMBER
 from arithsweep.search.trial import SEEDS_OF
+from arithsweep.search.verdicts import constrain, tell_verified
 
 log = logging.getLogger(__name__)
 
-CONSTRAINT = "exact_match"  # Optuna constraint name: target - best_em, feasible when <= 0
-# Optuna's older list form of constraints; optuna-dashboard (0.21) reads only this one, so
-# without it the dashboard's best-value line counts infeasible trials as the best
-LIST_CONSTRAINTS = "constraints"
 MAX_SKIPS = 200  # proposals in a row above the bound before the space counts as exhausted
 
 
@@ -222,14 +219,7 @@ class ConstrainedOptunaSearch(OptunaSearch):
                             trial_id, exc)
         self._completed_trials.add(trial_id)
 
-    @staticmethod
-    def _constrain(ot_trial: optuna.Trial, violation: float) -> None:
-        """Write the constraint in both forms: named for Optuna, a one-item list for
-        optuna-dashboard's feasible/infeasible history and best line. Optuna reads both as
-        constraints of equal value, so feasibility and TPE's ranking are unchanged."""
-        ot_trial.set_constraint(CONSTRAINT, violation)
-        ot_trial.storage.set_trial_system_attr(ot_trial._trial_id, LIST_CONSTRAINTS,
-                                               [float(violation)])
+    _constrain = staticmethod(constrain)
 
     def _violation(self, seen: dict, error: bool) -> float:
         """Optuna constraint value: target - best exact match, > 0 when infeasible."""
@@ -396,35 +386,3 @@ class BudgetedSearchGenerator(SearchGenerator):
     def is_finished(self) -> bool:
         return super().is_finished() or run_settings.past_deadline(self._name)
 
-
-def tell_verified(name: str, target: float, final: bool = False) -> int:
-    """Tell Optuna each held-back proposal (see `_await_verification`) whose verdict exists:
-    feasible when it qualified, else infeasible by as much as verification found it short of
-    the target. `final` (the search is over): one that was never verified is told infeasible
-    too, marked so. Returns how many were told."""
-    state = run_settings.state_of(name)
-    if state is None:
-        return 0
-    told = 0
-    for pid, (study, ot_trial, val, violation) in list(state.awaiting.items()):
-        item = state.verified.get(pid)
-        if item is None and not final:
-            continue
-        del state.awaiting[pid]
-        try:
-            if item is None:
-                verdict, violation = "not verified", max(violation, 1e-9)
-            elif item.get("qualifies"):
-                verdict = "verified"
-            else:
-                verdict = "rejected by verification"
-                violation = max(target - float(item.get("exact_match") or 0.0), 1e-9)
-            if item is not None and item.get("exact_match") is not None:
-                ot_trial.set_user_attr("verified_em", float(item["exact_match"]))
-            ot_trial.set_user_attr("verification", verdict)
-            ConstrainedOptunaSearch._constrain(ot_trial, violation)
-            study.tell(ot_trial, val)
-            told += 1
-        except Exception as exc:  # a storage hiccup must not end the search
-            log.warning("could not tell verified proposal %s: %s", pid, exc)
-    return told
