@@ -34,10 +34,10 @@ def constrain(ot_trial: optuna.Trial, violation: float) -> None:
 
 
 def tell_verified(name: str, target: float, final: bool = False) -> int:
-    """Tell Optuna each held-back proposal (the searcher's `_await_verification`) whose verdict exists:
-    feasible when it qualified, else infeasible by as much as verification found it short of
-    the target. `final` (the search is over): one that was never verified is told infeasible
-    too, marked so. Returns how many were told."""
+    """Tell Optuna each held-back proposal (the searcher's `_await_verification`) whose
+    verdict exists: feasible when it qualified, else infeasible by as much as verification
+    found it short of the target. `final` (the search is over): one that was never verified
+    is told infeasible too, marked so. Returns how many were told."""
     state = run_settings.state_of(name)
     if state is None:
         return 0
