@@ -87,3 +87,19 @@ def test_a_search_in_another_root_is_found_from_the_entry_checkpoint(tmp_path):
     row = {**ROW, "checkpoint_path": str(best / "add10-x")}
     text = "\n".join(search_lines(row, tmp_path / "searches"))
     assert cmd in text and "15 proposals of 2 architectures" in text
+
+
+def test_a_proposal_cut_off_unfinished_is_counted_apart_from_the_finished_ones(tmp_path):
+    sdir = _search(tmp_path, "arithsweep search --task add10")
+    (sdir / "summary.json").write_text(json.dumps({
+        "n_trials": 3, "wall_time": 6000.0, "cpu_hours": 3.2, "skipped": [{}],
+        "architectures": [{"trials": 1, "seeds_trained": 2}, {"trials": 1, "seeds_trained": 2}]}))
+    text = "\n".join(search_lines(ROW, tmp_path))
+    assert ("3 proposals, 2 of them to the end (2 architectures, 4 seeds in all; "
+            "1 cut off unfinished), and skipped 1") in text
+    # all finished: the plain line
+    (sdir / "summary.json").write_text(json.dumps({
+        "n_trials": 2, "wall_time": 6000.0, "cpu_hours": 3.2, "skipped": [],
+        "architectures": [{"trials": 2, "seeds_trained": 4}]}))
+    assert "2 proposals of 1 architectures (4 seeds in all) and skipped 0" in \
+        "\n".join(search_lines(ROW, tmp_path))

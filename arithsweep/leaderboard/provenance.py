@@ -130,8 +130,15 @@ def search_lines(row: dict[str, Any], searches_root: str | Path | None) -> list[
     archs = summary.get("architectures") or []
     seeds = sum(int(a.get("seeds_trained") or 0) for a in archs)
     cpu = summary.get("cpu_hours")
-    lines += ["", f"It trained {summary.get('n_trials', '?')} proposals of {len(archs)} "
-                  f"architectures ({seeds} seeds in all) and skipped "
+    n = summary.get("n_trials", "?")
+    # the architectures hold finished proposals only: one the search's end or a Ctrl-C cut
+    # off trained too, but has no seed count, so say how many those were
+    done = sum(int(a.get("trials") or 0) for a in archs)
+    cut = n - done if isinstance(n, int) and archs and all("trials" in a for a in archs) else 0
+    trained = (f"{n} proposals of {len(archs)} architectures ({seeds} seeds in all)" if cut <= 0
+               else f"{n} proposals, {done} of them to the end ({len(archs)} architectures, "
+                    f"{seeds} seeds in all; {cut} cut off unfinished),")
+    lines += ["", f"It trained {trained} and skipped "
                   f"{len(summary.get('skipped') or [])} untrained at or above its incumbent"
                   + (f" in {cpu:.2f} CPU-hours of trials" if cpu else "")
                   + (_resumed_minutes(summary) if resumes else
