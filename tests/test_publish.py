@@ -138,10 +138,14 @@ def test_publish_real_checkpoint_and_reverify_it(capsys, tmp_path, monkeypatch, 
     assert commands[0] == shlex.join(
         ["arithsweep", "train", "--task", "add2", "--format", rep["format"],
          "--config", f"{folder}/config.json", "--seeds", "1", "--seed", str(rep["seed"])])
-    assert commands[1] == f"arithsweep verify {folder}"
+    # the fixture trained 2 seeds together: the pack's command follows the single seed's
+    assert commands[1] == shlex.join(
+        ["arithsweep", "train", "--task", "add2", "--format", rep["format"],
+         "--config", f"{folder}/config.json", "--seeds", "2", "--seed", "0"])
+    assert commands[2] == f"arithsweep verify {folder}"
 
     # the command printed in LEADERBOARD.md re-verifies the copy to the table's exact match
-    code, out, err = run(capsys, *shlex.split(commands[1])[1:], "--json")
+    code, out, err = run(capsys, *shlex.split(commands[2])[1:], "--json")
     assert code == 0, err
     again = json.loads(out)
     assert pub.percent(again["exact_match"]) == cells[2] == pub.percent(rep["exact_match"])
@@ -270,3 +274,18 @@ def test_a_lost_database_is_rebuilt_from_the_published_folder(capsys, tmp_path, 
     with pytest.raises(ArithsweepError, match="does not"):
         pub.publish([{**other.to_dict(), "id": 2}], dest)
     assert (dest / "checkpoints" / name).is_dir()
+
+
+def test_an_entry_trained_in_a_pack_also_gets_the_pack_command():
+    from arithsweep.leaderboard.provenance import pack_reproduce
+
+    row = {"task": "mul3", "format": "pad", "seed": 1048577,
+           "train_config": {"seeds": 2, "seed": 1048576},
+           "reproduce": "arithsweep train --task mul3 --format pad --config c.json "
+                        "--seeds 1 --seed 1048577"}  # fmt: skip
+    assert pack_reproduce(row, "p/config.json") == (
+        "arithsweep train --task mul3 --format pad --config p/config.json "
+        "--seeds 2 --seed 1048576")
+    # trained alone, or no recorded pack: no second command
+    assert pack_reproduce({**row, "train_config": {"seeds": 1, "seed": 3}}, "p") is None
+    assert pack_reproduce({**row, "train_config": {}}, "p") is None

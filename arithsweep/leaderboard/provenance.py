@@ -17,7 +17,8 @@ each entry's provenance beside its published checkpoint (`entry.json`: entry id,
 trial, MLflow run, the lines printed here). `arithsweep verify <published folder> --record`
 re-measures the weights and takes only that provenance from it, never a result, so a fresh
 clone rebuilds its database from `leaderboard/checkpoints/` and republishes without losing
-where an entry came from.
+where an entry came from. The retrain commands (`published_reproduce`, and `pack_reproduce`
+for an entry trained beside other seeds) live here too: they are provenance a reader can run.
 """
 
 from __future__ import annotations
@@ -155,3 +156,59 @@ def _resumed_minutes(summary: dict) -> str:
         return f"; its last run took {last:.0f} minutes"
     return (f"; its finished runs took {float(total) / 60:.0f} minutes together "
             f"(the last {last:.0f})")
+
+
+def pack_reproduce(row: dict[str, Any], config_path: str) -> str | None:
+    """The command that trains the entry's whole pack (every seed it was trained beside, from
+    the pack's first), or None when it was trained alone. One seed alone gets the member's
+    initialisation and data, but a pack of the reference layout rounds differently from a
+    single run, so over tens of thousands of steps only the pack repeats the published run."""
+    t = row.get("train_config") or {}
+    seeds, first = t.get("seeds"), t.get("seed")
+    if not isinstance(seeds, int) or isinstance(seeds, bool) or seeds < 2 \
+            or not isinstance(first, int):
+        return None
+    parts = shlex.split(published_reproduce(row, config_path))
+    for flag, value in (("--seeds", seeds), ("--seed", first)):
+        if flag in parts:
+            parts[parts.index(flag) + 1] = str(value)
+        else:
+            parts += [flag, str(value)]
+    return shlex.join(parts)
+
+
+def pack_lines(row: dict[str, Any], config_path: str) -> list[str]:
+    cmd = pack_reproduce(row, config_path)
+    if cmd is None:
+        return []
+    return ["", f"Or its whole pack of {row['train_config']['seeds']} seeds, as it was trained "
+                "(one seed alone gets the same initialisation and data, but a pack of the "
+                "reference layout rounds differently from a single run, so there only the "
+                "pack repeats the published run's numbers):",
+            "", "```sh", cmd, "```"]
+
+
+def published_reproduce(row: dict[str, Any], config_path: str) -> str:
+    """The entry's reproduce command with `--config` pointing at the published config.json."""
+    try:
+        parts = shlex.split(row.get("reproduce") or "")
+    except ValueError:
+        parts = []
+    if parts[:2] != ["arithsweep", "train"]:  # none recorded (or not ours): the standard one
+        seed = row.get("seed")
+        if seed is None:
+            seed = (row.get("train_config") or {}).get("seed", 0)
+        return shlex.join(["arithsweep", "train", "--task", str(row.get("task")),
+                           "--format", str(row.get("format")), "--config", config_path,
+                           "--seeds", "1", "--seed", str(seed)])
+    out, i, replaced = [], 0, False
+    while i < len(parts):
+        if parts[i] == "--config" or parts[i].startswith("--config="):
+            i += 1 if "=" in parts[i] else 2
+            if not replaced:  # the first one is replaced in place, any repeat dropped
+                out += ["--config", config_path]
+                replaced = True
+        else:
+            out.append(parts[i])
+            i += 1
+    return shlex.join(out if replaced else [*out, "--config", config_path])

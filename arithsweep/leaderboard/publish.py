@@ -44,7 +44,13 @@ from arithsweep.core.errors import ArithsweepError
 from arithsweep.core.evaluation.stats import class_health, percent
 from arithsweep.core.hashing import sha256_file
 from arithsweep.leaderboard.projects import project_sections
-from arithsweep.leaderboard.provenance import ENTRY_FILE, entry_record, search_lines
+from arithsweep.leaderboard.provenance import (
+    ENTRY_FILE,
+    entry_record,
+    pack_lines,
+    published_reproduce,
+    search_lines,
+)
 from arithsweep.leaderboard.tables import _count, _md_table
 
 MARKDOWN = "LEADERBOARD.md"
@@ -90,32 +96,6 @@ def checkpoint_dir_name(row: dict[str, Any]) -> str:
     if not _DIR_NAME.fullmatch(name):  # a row from a hand-edited database: no path tricks
         raise ArithsweepError(f"entry {row.get('id')}: cannot publish it as folder {name!r}")
     return name
-
-
-def published_reproduce(row: dict[str, Any], config_path: str) -> str:
-    """The entry's reproduce command with `--config` pointing at the published config.json."""
-    try:
-        parts = shlex.split(row.get("reproduce") or "")
-    except ValueError:
-        parts = []
-    if parts[:2] != ["arithsweep", "train"]:  # none recorded (or not ours): the standard one
-        seed = row.get("seed")
-        if seed is None:
-            seed = (row.get("train_config") or {}).get("seed", 0)
-        return shlex.join(["arithsweep", "train", "--task", str(row.get("task")),
-                           "--format", str(row.get("format")), "--config", config_path,
-                           "--seeds", "1", "--seed", str(seed)])
-    out, i, replaced = [], 0, False
-    while i < len(parts):
-        if parts[i] == "--config" or parts[i].startswith("--config="):
-            i += 1 if "=" in parts[i] else 2
-            if not replaced:  # the first one is replaced in place, any repeat dropped
-                out += ["--config", config_path]
-                replaced = True
-        else:
-            out.append(parts[i])
-            i += 1
-    return shlex.join(out if replaced else [*out, "--config", config_path])
 
 
 def verify_command(row: dict[str, Any], checkpoint_dir: str) -> str:
@@ -226,6 +206,7 @@ def leaderboard_markdown(
             *found,
             "", "Retrain it:", "", "```sh",
             published_reproduce(row, f"{folder}/config.json"), "```",
+            *pack_lines(row, f"{folder}/config.json"),
             "", "Re-verify the published weights:", "", "```sh",
             verify_command(row, folder), "```",
         ]
