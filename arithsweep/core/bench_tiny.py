@@ -54,6 +54,8 @@ LAYOUTS = (("reference, 1 seed", 1, BATCH, False, "reference"),
            ("tiny, 64 seeds packed", 64, BATCH, False, "tiny"),
            ("default (train's choice), 8 seeds", 8, BATCH, False, "auto"))
 QUICK = (0, 2, 7, 9)  # --quick: enough rows to see the ratio
+# one-block add10 shapes of growing width for the crossover rows: (d_model, heads, d_ff)
+WIDTHS = ((7, 1, 14), (16, 2, 32), (32, 4, 64), (64, 4, 128))
 
 
 def layouts_for(device: str, quick: bool) -> list[tuple]:
@@ -61,8 +63,6 @@ def layouts_for(device: str, quick: bool) -> list[tuple]:
     measures the reference layouts (and train's own choice) only."""
     rows = [LAYOUTS[i] for i in QUICK] if quick else list(LAYOUTS)
     return rows if device == "cpu" else [r for r in rows if r[4] != "tiny"]
-# one-block add10 shapes of growing width for the crossover rows: (d_model, heads, d_ff)
-WIDTHS = ((7, 1, 14), (16, 2, 32), (32, 4, 64), (64, 4, 128))
 
 
 def tiny_models() -> list[tuple[str, Any, ModelConfig]]:
