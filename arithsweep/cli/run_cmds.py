@@ -15,6 +15,7 @@ from arithsweep.cli.common import (
     FORMAT_HELP,
     SET_HELP,
     TASK_HELP,
+    check_outputs,
     err,
     model_overrides,
     out,
@@ -44,8 +45,12 @@ def train(
     out_dir: Path = typer.Option(None, "--out", "-o", help="checkpoint directory (default runs/<task>-<time>)"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
     log: Path = typer.Option(None, "--log", help="append one line per evaluation to this file (runs in the background)"),
+    resume: Path = typer.Option(None, "--resume", help="continue the killed run in this folder (its --out) from its last training state; it ends as if never stopped"),
 ) -> None:
-    """Train K seeds of one architecture together; save the best as a checkpoint."""
+    """Train K seeds of one architecture together; save the best as a checkpoint. The run's
+    whole state is saved as it trains (every checkpoint_every steps, or about every 5 minutes),
+    so a killed run continues with --resume."""
+    check_outputs(dirs={"--out": out_dir, "--resume": resume}, appends={"--log": log})
     import time
 
     from arithsweep.core.overrides import build_configs
@@ -53,11 +58,28 @@ def train(
     over = model_overrides(sets, d_model=d_model, n_layers=layers, n_heads=heads, d_ff=d_ff,
                             pos=pos, seeds=seeds, steps=steps, lr=lr, seed=seed,
                             target=target, device=device, layout=layout)
-    t, m, tc = build_configs(task, fmt, config, over)
-    from arithsweep.core.api import train_job
+    if resume is not None:
+        given = [n for n, v in (("--task", task), ("--format", fmt), ("--config", config),
+                                ("--out", out_dir)) if v is not None] + [f"--{k}" for k in over]
+        if given:
+            raise ArithsweepError(f"--resume continues a run with its own configuration; "
+                                  f"drop {', '.join(given)}")
+        from arithsweep.core.api import AlreadyFinished, resume_job
 
-    dest = out_dir or Path("runs") / f"{t.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    res = train_job(t, m, tc, dest, progress=not as_json, log=log)
+        try:
+            res = resume_job(resume, progress=not as_json, log=log)
+        except AlreadyFinished as done:
+            err.print(str(done), markup=False, highlight=False)
+            return
+        from arithsweep.core.config import TrainConfig
+
+        tc = TrainConfig.from_dict(res["train"])
+    else:
+        t, m, tc = build_configs(task, fmt, config, over)
+        from arithsweep.core.api import train_job
+
+        dest = out_dir or Path("runs") / f"{t.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        res = train_job(t, m, tc, dest, progress=not as_json, log=log)
     if as_json:
         return print_json(res)
     tab = table(f"{res['task']} · {res['architecture']}", ("seed", "eval exact match", ""))

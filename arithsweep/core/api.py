@@ -19,12 +19,14 @@ from typing import Any
 import torch
 
 from arithsweep.core.config import TrainConfig
-from arithsweep.core.data.tasks import Task
+from arithsweep.core.data.tasks import Task, get_task
+from arithsweep.core.errors import ArithsweepError, CheckpointError, ConfigError
 from arithsweep.core.evaluation.confirm import FullCheck
 from arithsweep.core.evaluation.evaluate import greedy_decode
 from arithsweep.core.model.checkpoint import load_checkpoint
 from arithsweep.core.model.model import ModelConfig, count_params, param_breakdown
 from arithsweep.core.training.population import train
+from arithsweep.core.training.resume import STATE_DIR, Checkpointing, RunState, latest_state
 from arithsweep.core.training.train import EvalPoint, TrainResult
 
 
@@ -48,9 +50,12 @@ def train_job(
     out: str | Path,
     progress: bool = True,
     log: str | Path | None = None,
+    resume: RunState | None = None,
 ) -> dict[str, Any]:
     """Train, check the best seed on the full problem set (or a large held-out sample), save.
     `log`: a file that gets one line per evaluation (step, elapsed, every seed's exact match).
+    The run's whole state is written to `out`/resume as it trains; `resume` (`resume_job`)
+    continues from one such state, and ends as the uninterrupted run would have.
 
     Early stopping is confirmed on that full set: when the held-out evaluation says a seed has
     reached the target, the seed is checked on every problem (or 200k held-out ones) and
@@ -87,23 +92,31 @@ def train_job(
         return False
 
     t0 = time.perf_counter()
+    out = Path(out).absolute()
+    # the job as given (the loop trains with early_stop off: this job's on_eval stops it)
+    job = {"task": task.name, "format": task.fmt.name, "model": model_cfg.to_dict(),
+           "train": train_cfg.to_dict()}
+    ckpt = Checkpointing(out / STATE_DIR, train_cfg.checkpoint_every,
+                         train_cfg.checkpoint_seconds, extra=lambda: {"job": job},
+                         resume=resume)
     if bar is not None:
         bar.start()
         handle = bar.add_task(f"{task.name} x{train_cfg.seeds} seeds",
                               total=train_cfg.main_steps, status="")
+        if resume is not None:
+            bar.update(handle, completed=resume.step)
     try:
         result = train(task, model_cfg, replace(train_cfg, early_stop=False),
-                       on_eval=on_eval, on_step=on_step)
+                       on_eval=on_eval, on_step=on_step, checkpoint=ckpt)
     finally:
         if bar is not None:
             bar.stop()
     result.train_cfg = train_cfg  # the recipe as given, so --config reproduces this run
     if result.stop_reason == "stopped by caller":
         result.stop_reason = f"reached target on {what}"
-    # checks made inside the training loop count in its wall time; the final one does not
-    train_s = max(0.0, result.wall_time - check.seconds)
+    # the loop's own seconds: the full checks and state writes inside it are not training
+    train_s = result.train_seconds
     final = full_check(result)
-    out = Path(out).absolute()
     last = result.history[-1] if result.history else None
     # seeds whose last held-out exact match reached the target (the best one is confirmed
     # on the full set): the success rate a user needs to reproduce this architecture
@@ -125,11 +138,51 @@ def train_job(
         "train_seconds": round(train_s, 2),
         "check_seconds": round(check.seconds, 2),
         "wall_seconds": round(time.perf_counter() - t0, 2),
-        "examples_per_s": round(result.examples / train_s) if train_s > 0 else 0,
+        "examples_per_s": round(result.examples_per_s),
         "device": result.device, "layout": result.layout, "layout_why": result.layout_why,
         "checkpoint": str(out), "sha256": sha,
         "model": model_cfg.to_dict(), "train": train_cfg.to_dict(),
     }
+
+
+def resume_state(out: str | Path) -> RunState:
+    """The newest training state of the `train` run in folder `out`; a CheckpointError naming
+    why there is none to resume (or that the run already finished)."""
+    out = Path(out).expanduser().absolute()
+    if not out.is_dir():
+        raise CheckpointError(f"--resume {out}: no such run folder")
+    state = latest_state(out / STATE_DIR)
+    if state is None:
+        raise CheckpointError(f"--resume {out}: no training state in {out / STATE_DIR} "
+                              f"(a run writes one every checkpoint_every steps)")
+    if "job" not in state.doc.get("extra", {}):
+        raise CheckpointError(f"--resume {out}: that state was not written by `arithsweep "
+                              f"train` (a search trial resumes with `search --resume`)")
+    return state
+
+
+def resume_job(out: str | Path, progress: bool = True,
+               log: str | Path | None = None) -> dict[str, Any]:
+    """Continue the killed `arithsweep train` run in `out` from its last state. A finished run
+    raises AlreadyFinished; a state whose configs no longer validate, a ConfigError."""
+    state = resume_state(out)
+    job = state.doc["extra"]["job"]
+    if state.finished and (Path(out) / "config.json").is_file():
+        r = state.doc["results"][0]
+        raise AlreadyFinished(f"{Path(out).absolute()}: this run already finished at step "
+                              f"{r['steps']} ({r['stop_reason']}); its best checkpoint is that "
+                              f"folder")
+    try:
+        task = get_task(job["task"], job["format"])
+        model_cfg = ModelConfig.from_dict(job["model"])
+        train_cfg = TrainConfig.from_dict(job["train"])
+    except (ArithsweepError, TypeError, KeyError) as e:
+        raise ConfigError(f"--resume {out}: its configuration no longer validates: {e}") from None
+    return train_job(task, model_cfg, train_cfg, out, progress=progress, log=log, resume=state)
+
+
+class AlreadyFinished(ArithsweepError):
+    """`train --resume` of a run that has nothing left to do."""
 
 
 def ask_job(checkpoint: str | Path, problems: list[str]) -> dict[str, Any]:

@@ -385,6 +385,13 @@ class TrainConfig(DictConfig):
     # fits it and is small enough to gain (training.train.choose_layout), else reference
     layout: str = "auto"
     time_budget: float = 0.0  # seconds; stop after the evaluation that crosses it; 0 = none
+    # A long run's whole state (weights, AdamW moments, Grokfast EMA, decay drops, data streams'
+    # positions, RNGs, histories: core/training/resume.py) is written every checkpoint_every
+    # steps, or with 0 about every checkpoint_seconds of wall time, and when the run stops, so
+    # `train --resume` and a restored search trial continue it bit for bit. When states are
+    # written never changes what is trained.
+    checkpoint_every: int = 0
+    checkpoint_seconds: float = 300.0
 
     def __post_init__(self) -> None:
         def need(ok: bool, field: str, why: str) -> None:
@@ -403,7 +410,7 @@ class TrainConfig(DictConfig):
         need(self.seeds <= MAX_SEEDS, "seeds", f"at most {MAX_SEEDS} are trained together; "
              f"train more in several runs (--seed sets the first)")
         for f in ("warmup", "curriculum_steps", "curriculum_stages", "restart_steps", "seed",
-                  "micro_batch", "polish_steps"):
+                  "micro_batch", "polish_steps", "checkpoint_every"):
             whole(f, 0)
         if self.train_digits is not None:
             whole("train_digits", 1)
@@ -417,6 +424,7 @@ class TrainConfig(DictConfig):
         need(self.grokfast_lambda >= 0, "grokfast_lambda", "must be >= 0")
         need(self.polish_lr > 0, "polish_lr", "must be > 0")
         need(self.lr > 0, "lr", "must be > 0")
+        need(self.checkpoint_seconds > 0, "checkpoint_seconds", "must be > 0")
         need(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", "must be in [0, 1]")
         need(self.weight_decay >= 0, "weight_decay", "must be >= 0")
         need(0 <= self.beta1 < 1, "beta1", "must be in [0, 1)")

@@ -34,7 +34,16 @@ from arithsweep.core.evaluation.confirm import eval_problems, reached
 from arithsweep.core.evaluation.evaluate import EvalSet, answer_start, score
 from arithsweep.core.model.model import ArithTransformer, ModelConfig, count_params
 from arithsweep.core.model.tiny_layout import kernel_threads, tiny_logits, tiny_loss
+from arithsweep.core.training.optim import LrTable, PackAdamW
 from arithsweep.core.training.recipe import GrokfastEMA, grokfast_on, lbfgs_polish, wd_factors
+from arithsweep.core.training.resume import (
+    Checkpointing,
+    generator_state,
+    prefixed,
+    set_generator,
+    sub,
+    write_state,
+)
 from arithsweep.core.training.step import PackStep, capture_blocker
 
 # Fields that may differ between the proposals of one pack: per-member optimiser settings and
@@ -42,7 +51,7 @@ from arithsweep.core.training.step import PackStep, capture_blocker
 # length, evaluation cadence, device) is shared by the whole pack.
 PER_MEMBER_FIELDS = ("lr", "min_lr_ratio", "warmup", "weight_decay", "grad_clip", "polish_lr",
                      "seed", "seeds", "target", "early_stop", "time_budget")
-LR_CHUNK = 256  # schedule rows built per host call: amortises lr_at over many steps
+__all__ = ["PackAdamW", "pack_key", "train", "train_population"]
 
 OnEval = Callable[[int, "T.EvalPoint", "T.TrainResult"], bool | None]
 
@@ -70,77 +79,6 @@ def _check_pack(model_cfg: ModelConfig, cfgs: Sequence[TrainConfig]) -> None:
                               f"{other[diff[0]]!r} vs {first[diff[0]]!r} (pack_key differs)")
 
 
-class PackAdamW:
-    """AdamW over (K, ...) parameters with a per-member learning rate and weight decay.
-
-    torch.optim.AdamW holds one lr per parameter tensor, but a pack needs one per member (the
-    leading K dim). Same update as AdamW (decoupled decay first, bias-corrected moments), with
-    decay on matrices only. Capturable style: the step count and every coefficient stay on the
-    device, so a step issues no host sync and a CUDA graph could replay it. A member whose lr
-    is 0 does not move at all (decay factor exactly 1, update exactly 0)."""
-
-    def __init__(self, params: list[torch.Tensor], weight_decay: torch.Tensor,
-                 betas: tuple[float, float], eps: float = 1e-8, scope: str = "matrices") -> None:
-        self.params = params
-        # "matrices": a norm gain pulled to 0 fights the norm; "all" is the records' AdamW
-        self.decay = [p for p in params if scope == "all" or p.dim() >= 3]
-        self.wd, (self.b1, self.b2), self.eps = weight_decay, betas, eps  # wd (K,)
-        self.m = [torch.zeros_like(p) for p in params]
-        self.v = [torch.zeros_like(p) for p in params]
-        self.t = torch.zeros((), dtype=torch.float32, device=weight_decay.device)
-
-    @staticmethod
-    def _per(x: torch.Tensor, ps: list[torch.Tensor]) -> list[torch.Tensor]:
-        """(K,) -> one (K, 1, ..., 1) view per parameter, broadcasting over its member."""
-        return [x.view(-1, *([1] * (p.dim() - 1))) for p in ps]
-
-    def zero_grad(self, set_to_none: bool = False) -> None:
-        if set_to_none:  # before a CUDA graph capture, whose backward assigns the gradients
-            for p in self.params:
-                p.grad = None
-            return
-        grads = [p.grad for p in self.params if p.grad is not None]
-        if grads:
-            torch._foreach_zero_(grads)
-
-    @torch.no_grad()
-    def step(self, lr: torch.Tensor) -> None:  # lr (K,), 0 for members that must not move
-        ps = self.params
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in ps]
-        self.t += 1
-        bc1 = 1 - self.b1 ** self.t  # 0-d device tensors: no host sync
-        bc2_sqrt = (1 - self.b2 ** self.t).sqrt()
-        if self.decay:
-            torch._foreach_mul_(self.decay, self._per(1 - lr * self.wd, self.decay))
-        torch._foreach_lerp_(self.m, grads, 1 - self.b1)
-        torch._foreach_mul_(self.v, self.b2)
-        torch._foreach_addcmul_(self.v, grads, grads, value=1 - self.b2)
-        denom = torch._foreach_sqrt(self.v)
-        torch._foreach_div_(denom, bc2_sqrt)
-        torch._foreach_add_(denom, self.eps)
-        upd = torch._foreach_div(self.m, denom)
-        torch._foreach_mul_(upd, self._per(-lr / bc1, ps))
-        torch._foreach_add_(ps, upd)
-
-
-class _LrTable:
-    """Per-member learning rates, (K,) on the device, from `lr_at` (the one schedule), built
-    LR_CHUNK steps at a time so the loop reads a device row and never syncs."""
-
-    def __init__(self, cfgs: Sequence[TrainConfig], counts: list[int], device: torch.device):
-        self.cfgs, self.counts, self.device = cfgs, counts, device
-        self.base, self.rows = -LR_CHUNK, torch.empty(0)
-
-    def at(self, step: int) -> torch.Tensor:
-        if not 0 <= step - self.base < LR_CHUNK:
-            self.base = step
-            steps = range(step, step + LR_CHUNK)
-            cols = [torch.tensor([T.lr_at(s, c) for s in steps]).unsqueeze(1).expand(-1, n)
-                    for c, n in zip(self.cfgs, self.counts)]  # (LR_CHUNK, n_j) each
-            self.rows = torch.cat(cols, 1).to(self.device, torch.float32)  # (LR_CHUNK, K)
-        return self.rows[step - self.base]
-
-
 class _PackStream:
     """The pack's batches: each proposal's own `_DataStream` (its seeds), stacked on K. A
     stopped proposal stops drawing (its members are frozen) and repeats its last batch."""
@@ -154,6 +92,27 @@ class _PackStream:
         for j, m in enumerate(models):  # mined per proposal: its seed, its members
             if self.running[j]:
                 self.streams[j] = T._PolishStream(self.streams[j], m, device)
+
+    def state(self) -> tuple[dict[str, torch.Tensor], dict]:
+        tensors, docs = {}, []
+        for j, s in enumerate(self.streams):
+            t, doc = s.state()
+            tensors.update(prefixed(t, f"{j}."))
+            if not self.running[j] and self.last[j] is not None:  # a stopped one repeats it
+                tensors[f"{j}.last.tokens"], tensors[f"{j}.last.mask"] = self.last[j]
+            docs.append(doc)
+        return tensors, {"streams": docs, "running": list(self.running)}
+
+    def load(self, tensors: dict[str, torch.Tensor], doc: dict, device: torch.device) -> None:
+        self.running = list(doc["running"])
+        for j, d in enumerate(doc["streams"]):
+            t = sub(tensors, f"{j}.")
+            if "polish" in d:
+                self.streams[j] = T._PolishStream.restore(self.streams[j], t, d, device)
+            else:
+                self.streams[j].load(t, d)
+            if "last.tokens" in t:
+                self.last[j] = (t["last.tokens"].to(device), t["last.mask"].to(device))
 
     def next(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         for j, s in enumerate(self.streams):
@@ -178,111 +137,210 @@ def _member_view(model: ArithTransformer, off: int, n: int) -> ArithTransformer:
 
 def train_population(task: Task, model_cfg: ModelConfig, cfgs: Sequence[TrainConfig],
                      on_eval: OnEval | None = None,
-                     on_step: Callable[[int, int], None] | None = None) -> list[T.TrainResult]:
+                     on_step: Callable[[int, int], None] | None = None,
+                     checkpoint: Checkpointing | None = None) -> list[T.TrainResult]:
     """Train every proposal's seeds in one pack; one TrainResult per proposal, in order.
-    `on_eval(j, point, result)` may return True to stop proposal j."""
+    `on_eval(j, point, result)` may return True to stop proposal j. `checkpoint`: where and how
+    often the run's whole state is written (resume.py), and the state to continue from."""
     if model_cfg.vocab_size < task.vocab_size or model_cfg.n_ctx < task.n_ctx:
         raise ConfigError(
             f"model config vocab_size={model_cfg.vocab_size}, n_ctx={model_cfg.n_ctx} does not "
             f"fit task {task.name} (vocab_size={task.vocab_size}, n_ctx={task.n_ctx})"
         )
     _check_pack(model_cfg, cfgs)
-    c0, P = cfgs[0], len(cfgs)
-    counts = [c.seeds for c in cfgs]
-    offs = [sum(counts[:j]) for j in range(P)]
-    K = sum(counts)
-    device = T.resolve_device(c0.device)
-    seeds = [c.seed + i for c in cfgs for i in range(c.seeds)]  # as train() numbers them
-    model = ArithTransformer(model_cfg, k=K, seeds=seeds).to(device)
-    params = list(model.parameters())
+    return _PackRun(task, model_cfg, cfgs, on_eval, on_step, checkpoint).run()
 
-    def per_member(field: str) -> torch.Tensor:  # (K,) on the device
-        vals = [float(getattr(c, field)) for c, n in zip(cfgs, counts) for _ in range(n)]
-        return torch.tensor(vals, dtype=torch.float32, device=device)
 
-    base_wd = per_member("weight_decay")  # (K,); wd_drops scales it per member
-    opt = PackAdamW(params, base_wd.clone(), (c0.beta1, c0.beta2), scope=c0.weight_decay_scope)
-    clip = per_member("grad_clip")  # (K,); 0 = off for that member
-    lrs = _LrTable(cfgs, counts, device)
-    layout, layout_why = T.choose_layout(model_cfg, c0, device)
-    loss_fn = torch.compile(T._loss_fn, dynamic=False) if c0.compile else T._loss_fn
-    step_threads, eval_forward = contextlib.nullcontext, None
-    if layout == "tiny":  # its kernel scores training's evaluations too (~10x the model's pass)
-        loss_fn, step_threads, eval_forward = tiny_loss, kernel_threads, tiny_logits
-    data = _PackStream(task, cfgs, device)
-    ea, eb, eop = eval_problems(task, c0.eval_size, c0.train_digits)  # (N,) each
-    eval_set = EvalSet(task, ea, eb, eop, device)  # encoded once, on the device
-    results = [T.TrainResult(task=task, model_cfg=model_cfg, train_cfg=c,
-                             model=_member_view(model, o, n), params=count_params(model),
-                             device=str(device), failed=[False] * n, eval_size=ea.numel(),
-                             layout=layout, layout_why=layout_why)
-               for c, o, n in zip(cfgs, offs, counts)]
-    alive = torch.ones(K, dtype=torch.bool, device=device)  # False: loss went non-finite
-    running = torch.ones(K, dtype=torch.bool, device=device)  # False: proposal stopped
-    # the tiny kernel keeps each tile in cache itself: splitting the step would only add calls
-    n_micro = 1 if layout == "tiny" else T.micro_batches(replace(c0, seeds=K), device)
-    start = answer_start(task)
-    loss_sum = torch.zeros(K, dtype=torch.float64, device=device)
-    loss_n = 0
-    main = c0.main_steps
-    total = main + c0.polish_steps
-    grokfast = GrokfastEMA(params, c0.grokfast_alpha, c0.grokfast_lambda) \
-        if c0.grokfast_alpha else None
-    filtered = grokfast_on(c0, 0)
-    runner = PackStep(model, opt, loss_fn, clip, alive, running, loss_sum, start,
-                      c0.batch_size, n_micro, grokfast if filtered else None,
-                      blocker=capture_blocker(device, model_cfg, c0, n_micro))
-    t0 = time.perf_counter()
-    step = 0
-    while step < total:
-        if step == main and c0.polish_steps:  # every seed's own errors, training split only
-            data.polish([r.model for r in results], device)
-        if c0.grokfast_phased and grokfast_on(c0, step) != filtered:  # a phase boundary
-            filtered = not filtered
-            runner.grokfast = grokfast if filtered else None
-        model.train()
-        with step_threads():  # tiny layout: torch on one thread, the kernel on the rest
-            tokens, mask = data.next(step)  # (K, B, T), (K, B, T-1)
-            runner(tokens, mask, lrs.at(step))
-        loss_n += 1
-        step += 1
-        for j, r in enumerate(results):
-            if data.running[j]:
-                r.examples += counts[j] * c0.batch_size
-        if on_step is not None:
-            on_step(step, total)
-        if step % c0.eval_every and step != total:
-            continue
-        # ---- evaluation: the only host sync besides sampling ----
-        failed = (~alive).tolist()
-        right, pos_acc = score(model, task, eval_set, forward=eval_forward)  # (K, N), (K, L)
-        ok, mean_loss = right.float().mean(1).tolist(), (loss_sum / max(1, loss_n)).tolist()
-        pos_acc = pos_acc.tolist()
-        loss_sum.zero_()
-        loss_n = 0
-        elapsed = time.perf_counter() - t0
-        for j, (c, r, o, n) in enumerate(zip(cfgs, results, offs, counts)):
+class _PackRun:
+    """One pack's training loop, and the state it writes and reads back (`state`/`load`)."""
+
+    def __init__(self, task: Task, model_cfg: ModelConfig, cfgs: Sequence[TrainConfig],
+                 on_eval: OnEval | None, on_step: Callable[[int, int], None] | None,
+                 checkpoint: Checkpointing | None) -> None:
+        self.task, self.model_cfg, self.cfgs = task, model_cfg, list(cfgs)
+        self.on_eval, self.on_step, self.ckpt = on_eval, on_step, checkpoint
+        c0 = self.c0 = cfgs[0]
+        self.counts = counts = [c.seeds for c in cfgs]
+        self.offs = [sum(counts[:j]) for j in range(len(cfgs))]
+        K = sum(counts)
+        self.device = device = T.resolve_device(c0.device)
+        seeds = [c.seed + i for c in cfgs for i in range(c.seeds)]  # as train() numbers them
+        self.model = model = ArithTransformer(model_cfg, k=K, seeds=seeds).to(device)
+        params = list(model.parameters())
+
+        def per_member(field: str) -> torch.Tensor:  # (K,) on the device
+            vals = [float(getattr(c, field)) for c, n in zip(cfgs, counts) for _ in range(n)]
+            return torch.tensor(vals, dtype=torch.float32, device=device)
+
+        self.base_wd = per_member("weight_decay")  # (K,); wd_drops scales it per member
+        self.opt = PackAdamW(params, self.base_wd.clone(), (c0.beta1, c0.beta2),
+                             scope=c0.weight_decay_scope)
+        self.lrs = LrTable(cfgs, counts, device)
+        layout, layout_why = T.choose_layout(model_cfg, c0, device)
+        loss_fn = torch.compile(T._loss_fn, dynamic=False) if c0.compile else T._loss_fn
+        self.step_threads, self.eval_forward = contextlib.nullcontext, None
+        if layout == "tiny":  # its kernel scores training's evaluations too (~10x the model's)
+            loss_fn, self.step_threads, self.eval_forward = tiny_loss, kernel_threads, tiny_logits
+        self.data = _PackStream(task, cfgs, device)
+        ea, eb, eop = eval_problems(task, c0.eval_size, c0.train_digits)  # (N,) each
+        self.eval_set = EvalSet(task, ea, eb, eop, device)  # encoded once, on the device
+        self.results = [T.TrainResult(task=task, model_cfg=model_cfg, train_cfg=c,
+                                      model=_member_view(model, o, n), params=count_params(model),
+                                      device=str(device), failed=[False] * n,
+                                      eval_size=ea.numel(), layout=layout, layout_why=layout_why)
+                        for c, o, n in zip(cfgs, self.offs, counts)]
+        self.alive = torch.ones(K, dtype=torch.bool, device=device)  # False: loss non-finite
+        self.running = torch.ones(K, dtype=torch.bool, device=device)  # False: stopped
+        # the tiny kernel keeps each tile in cache itself: splitting a step only adds calls
+        n_micro = 1 if layout == "tiny" else T.micro_batches(replace(c0, seeds=K), device)
+        self.start = answer_start(task)
+        self.loss_sum = torch.zeros(K, dtype=torch.float64, device=device)
+        self.loss_n = 0
+        self.main, self.total = c0.main_steps, c0.main_steps + c0.polish_steps
+        self.grokfast = GrokfastEMA(params, c0.grokfast_alpha, c0.grokfast_lambda) \
+            if c0.grokfast_alpha else None
+        self.filtered = grokfast_on(c0, 0)
+        self.step, self.elapsed0, self.outside, self.finished = 0, 0.0, 0.0, False
+        if checkpoint is not None and checkpoint.resume is not None:
+            self.load(checkpoint.resume.tensors, checkpoint.resume.doc)
+        self.runner = PackStep(model, self.opt, loss_fn, per_member("grad_clip"), self.alive,
+                               self.running, self.loss_sum, self.start, c0.batch_size, n_micro,
+                               self.grokfast if self.filtered else None,
+                               blocker=capture_blocker(device, model_cfg, c0, n_micro))
+
+    def _elapsed(self) -> float:
+        return self.elapsed0 + time.perf_counter() - self.t0
+
+    def run(self) -> list[T.TrainResult]:
+        c0, data, results, step = self.c0, self.data, self.results, self.step
+        self.t0 = time.perf_counter()
+        while step < self.total and any(data.running) and not self.finished:
+            if step == self.main and c0.polish_steps:  # each seed's own errors, training split
+                data.polish([r.model for r in results], self.device)
+            if c0.grokfast_phased and grokfast_on(c0, step) != self.filtered:  # phase boundary
+                self.filtered = not self.filtered
+                self.runner.grokfast = self.grokfast if self.filtered else None
+            self.model.train()
+            with self.step_threads():  # tiny layout: torch on one thread, the kernel on the rest
+                tokens, mask = data.next(step)  # (K, B, T), (K, B, T-1)
+                self.runner(tokens, mask, self.lrs.at(step))
+            self.loss_n += 1
+            step = self.step = step + 1
+            for j, r in enumerate(results):
+                if data.running[j]:
+                    r.examples += self.counts[j] * c0.batch_size
+            if self.on_step is not None:
+                self.on_step(step, self.total)
+            if step % c0.eval_every == 0 or step == self.total:
+                self._evaluate_all(step)
+            if self.ckpt is not None and any(data.running) and self.ckpt.due(step):
+                self.save()
+        if c0.lbfgs_steps and not self.finished:
+            _lbfgs_and_score(self, step)
+        for j, (r, o, n) in enumerate(zip(results, self.offs, self.counts)):
+            r.step_mode = self.runner.describe()
+            if data.running[j]:  # ran to the end of the schedule
+                r.steps, r.wall_time = step, self._elapsed()
+                r.train_seconds = r.wall_time - self.outside
+                r.failed = (~self.alive[o:o + n]).tolist()
+                r.stop_reason = r.stop_reason or "step budget"
+        if self.ckpt is not None and not self.finished:
+            self.finished = True
+            self.save()  # a resume of this state returns these results without training
+        return results
+
+    def _evaluate_all(self, step: int) -> None:
+        """The evaluation: the only host sync besides sampling."""
+        data, offs, counts = self.data, self.offs, self.counts
+        failed = (~self.alive).tolist()
+        right, pos_acc = score(self.model, self.task, self.eval_set,
+                               forward=self.eval_forward)  # (K, N), (K, L)
+        ok = right.float().mean(1).tolist()
+        mean_loss, pos_acc = (self.loss_sum / max(1, self.loss_n)).tolist(), pos_acc.tolist()
+        self.loss_sum.zero_()
+        self.loss_n = 0
+        elapsed = self._elapsed()
+        for j, (c, r, o, n) in enumerate(zip(self.cfgs, self.results, offs, counts)):
             if not data.running[j]:
                 continue
-            if _evaluate(j, c, r, step, failed[o:o + n], ok[o:o + n], mean_loss[o:o + n],
-                         pos_acc[o:o + n], elapsed, ea.numel(), total, on_eval):
+            r.train_seconds = elapsed - self.outside
+            t = time.perf_counter()  # the caller's time (full checks, reports) is not training's
+            stop = _evaluate(j, c, r, step, failed[o:o + n], ok[o:o + n], mean_loss[o:o + n],
+                             pos_acc[o:o + n], elapsed, self.eval_set.n, self.total,
+                             self.on_eval)
+            self.outside += time.perf_counter() - t
+            if stop:
                 data.running[j] = False
-                running[o:o + n] = False  # frozen from the next step on
-        if not any(data.running):
-            break
-        if c0.wd_drops:
-            opt.wd.copy_(base_wd * torch.tensor(wd_factors(c0.wd_drops, ok, pos_acc),
-                                                device=device))
-    if c0.lbfgs_steps:
-        _lbfgs_and_score(model, task, cfgs, results, offs, counts, alive, eval_set, start, step,
-                         t0, device, on_eval)
-    for j, (r, o, n) in enumerate(zip(results, offs, counts)):
-        r.step_mode = runner.describe()
-        if data.running[j]:  # ran to the end of the schedule
-            r.steps, r.wall_time = step, time.perf_counter() - t0
-            r.failed = (~alive[o:o + n]).tolist()
-            r.stop_reason = r.stop_reason or "step budget"
-    return results
+                self.running[o:o + n] = False  # frozen from the next step on
+        if self.c0.wd_drops and any(data.running):
+            factors = wd_factors(self.c0.wd_drops, ok, pos_acc)
+            self.opt.wd.copy_(self.base_wd * torch.tensor(factors, device=self.device))
+
+    # ---------------------------------------------------------------------------- state
+    def save(self) -> None:
+        t = time.perf_counter()
+        tensors, doc = self.state()
+        path = write_state(self.ckpt.dir, self.step, tensors, doc)
+        self.ckpt.last_write = time.perf_counter()
+        self.outside += self.ckpt.last_write - t
+        if self.ckpt.on_save is not None:
+            self.ckpt.on_save(path, self.step)
+        self.outside += time.perf_counter() - self.ckpt.last_write
+
+    def state(self) -> tuple[dict[str, torch.Tensor], dict]:
+        tensors = prefixed(dict(self.model.named_parameters()), "model.")
+        tensors.update(prefixed(self.opt.state(), "opt."))
+        if self.grokfast is not None and self.grokfast.ema is not None:
+            tensors.update({f"grokfast.{i}": e for i, e in enumerate(self.grokfast.ema)})
+        tensors.update({"alive": self.alive, "running": self.running,
+                        "loss_sum": self.loss_sum, "torch_rng": torch.get_rng_state()})
+        for i, g in enumerate(self.model._offset_gens or []):
+            tensors[f"abacus_gen.{i}"] = generator_state(g)
+        data_t, data_doc = self.data.state()
+        tensors.update(prefixed(data_t, "data."))
+        docs = []
+        for j, r in enumerate(self.results):
+            rt, rd = r.state()
+            tensors.update(prefixed(rt, f"result{j}."))
+            docs.append(rd)
+        doc = {"task": self.task.name, "format_name": self.task.fmt.name,
+               "model": self.model_cfg.to_dict(), "train": [c.to_dict() for c in self.cfgs],
+               "finished": self.finished, "loss_n": self.loss_n, "filtered": self.filtered,
+               "elapsed": self._elapsed(), "outside": self.outside, "data": data_doc,
+               "results": docs, "extra": self.ckpt.extra() if self.ckpt.extra else {}}
+        return tensors, doc
+
+    @torch.no_grad()
+    def load(self, t: dict[str, torch.Tensor], doc: dict) -> None:
+        mine = ([c.to_dict() for c in self.cfgs], self.model_cfg.to_dict())
+        if (_comparable(doc["train"]), doc["model"]) != (_comparable(mine[0]), mine[1]):
+            raise ConfigError("the training state to resume was written for another model or "
+                              "train config than this run's")
+        for name, p in self.model.named_parameters():
+            p.copy_(t[f"model.{name}"])
+        self.opt.load(sub(t, "opt."))
+        if self.grokfast is not None and "grokfast.0" in t:
+            n = sum(1 for k in t if k.startswith("grokfast."))
+            self.grokfast.ema = [t[f"grokfast.{i}"].to(self.device) for i in range(n)]
+        self.alive.copy_(t["alive"])
+        self.running.copy_(t["running"])
+        self.loss_sum.copy_(t["loss_sum"])
+        torch.set_rng_state(t["torch_rng"])
+        if "abacus_gen.0" in t:
+            self.model._offset_gens = [torch.Generator() for _ in range(self.model.k)]
+            for i, g in enumerate(self.model._offset_gens):
+                set_generator(g, t[f"abacus_gen.{i}"])
+        self.data.load(sub(t, "data."), doc["data"], self.device)
+        for j, r in enumerate(self.results):
+            r.load(sub(t, f"result{j}."), doc["results"][j])
+        self.step, self.loss_n, self.filtered = int(doc["step"]), doc["loss_n"], doc["filtered"]
+        self.elapsed0, self.outside, self.finished = doc["elapsed"], doc["outside"], \
+            doc["finished"]
+
+
+def _comparable(train_dicts: list[dict]) -> list[dict]:
+    """Train configs less the fields that only say when states are written."""
+    return [{k: v for k, v in d.items() if not k.startswith("checkpoint_")} for d in train_dicts]
 
 
 def _evaluate(j: int, cfg: TrainConfig, result: T.TrainResult, step: int, failed: list[bool],
@@ -317,23 +375,22 @@ def _evaluate(j: int, cfg: TrainConfig, result: T.TrainResult, step: int, failed
     return True
 
 
-def _lbfgs_and_score(model, task, cfgs, results, offs, counts, alive, eval_set, start, step,
-                     t0, device, on_eval) -> None:
+def _lbfgs_and_score(run: _PackRun, step: int) -> None:
     """The L-BFGS polish of every live member, then one more evaluation per proposal (its
     best state moves only if the polish did not make it worse: `_evaluate` keeps the best)."""
-    live = alive.tolist()
-    model.train()
-    for c, o, n in zip(cfgs, offs, counts):
-        members = [_member_view(model, o + i, 1) for i in range(n) if live[o + i]]
-        lbfgs_polish(members, task, c, T._loss_fn, start, device)
-    right, pos_acc = score(model, task, eval_set)  # (K, N), (K, answer_len)
+    live = run.alive.tolist()
+    run.model.train()
+    for c, o, n in zip(run.cfgs, run.offs, run.counts):
+        members = [_member_view(run.model, o + i, 1) for i in range(n) if live[o + i]]
+        lbfgs_polish(members, run.task, c, T._loss_fn, run.start, run.device)
+    right, pos_acc = score(run.model, run.task, run.eval_set)  # (K, N), (K, answer_len)
     ok, pos_acc = right.float().mean(1).tolist(), pos_acc.tolist()
-    elapsed = time.perf_counter() - t0
-    for j, (c, r, o, n) in enumerate(zip(cfgs, results, offs, counts)):
+    elapsed = run._elapsed()
+    for j, (c, r, o, n) in enumerate(zip(run.cfgs, run.results, run.offs, run.counts)):
         stop_reason = r.stop_reason
         _evaluate(j, c, r, step, [not x for x in live[o:o + n]], ok[o:o + n],
-                  [float("nan")] * n, pos_acc[o:o + n], elapsed, eval_set.n,
-                  step, on_eval)
+                  [float("nan")] * n, pos_acc[o:o + n], elapsed, run.eval_set.n,
+                  step, run.on_eval)
         r.stop_reason = stop_reason or r.stop_reason
 
 
@@ -343,8 +400,9 @@ def train(
     cfg: TrainConfig,
     on_eval: Callable[[T.EvalPoint, T.TrainResult], bool | None] | None = None,
     on_step: Callable[[int, int], None] | None = None,
+    checkpoint: Checkpointing | None = None,
 ) -> T.TrainResult:
     """Train cfg.seeds seeds of `model_cfg` on `task`: a pack of one proposal. `on_eval` may
     return True to stop."""
     cb = None if on_eval is None else (lambda _j, point, result: on_eval(point, result))
-    return train_population(task, model_cfg, [cfg], cb, on_step)[0]
+    return train_population(task, model_cfg, [cfg], cb, on_step, checkpoint)[0]

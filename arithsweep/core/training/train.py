@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from arithsweep.core.model.checkpoint import save_checkpoint
 from arithsweep.core.model.model import ArithTransformer, ModelConfig, count_params
 from arithsweep.core.model.tiny_layout import unsupported
 from arithsweep.core.training.recipe import mine_errors
+from arithsweep.core.training.resume import generator_state, set_generator, sub
 
 DATA_CHUNK_STEPS = 32  # batches sampled per call: amortises sampling overhead over many steps
 
@@ -108,10 +109,29 @@ class TrainResult:
     step_mode: str = ""  # "captured" (one CUDA graph per step) or "eager (<why>)": step.py
     layout: str = ""  # "tiny" or "reference" (choose_layout) ...
     layout_why: str = ""  # ... and why
+    # seconds inside the training loop itself: wall_time less what callbacks (full checks, Tune
+    # reports) and state writes took, so examples/s is the loop's own rate
+    train_seconds: float = 0.0
 
     @property
     def examples_per_s(self) -> float:
-        return self.examples / self.wall_time if self.wall_time > 0 else 0.0
+        return self.examples / self.train_seconds if self.train_seconds > 0 else 0.0
+
+    # the run's record as a training state holds it (resume.py): JSON for the figures, tensors
+    # for the best member's weights
+    _STATE_FIELDS = ("failed", "best_seed", "best_em", "best_step", "steps", "wall_time",
+                     "examples", "stopped_early", "stop_reason", "train_seconds")
+
+    def state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        doc = {k: getattr(self, k) for k in self._STATE_FIELDS}
+        doc["history"] = [asdict(p) for p in self.history]
+        return {f"best.{k}": v for k, v in self.best_state.items()}, doc
+
+    def load(self, tensors: dict[str, torch.Tensor], doc: dict[str, Any]) -> None:
+        for k in self._STATE_FIELDS:
+            setattr(self, k, doc[k])
+        self.history = [EvalPoint(**p) for p in doc["history"]]
+        self.best_state = sub(tensors, "best.")
 
     def best_model(self) -> ArithTransformer:
         """The best member as a k=1 model, at its best evaluation."""
@@ -143,6 +163,10 @@ class _DataStream:
                      for i in range(cfg.seeds)]
         self.buf: tuple[torch.Tensor, torch.Tensor] | None = None
         self.pos = DATA_CHUNK_STEPS
+        # what rebuilds `buf` on resume: the step of the last refill and (stream sampler) the
+        # generators' states before it; the chunk itself is not saved
+        self.refill_step: int | None = None
+        self.gens_pre: list[torch.Tensor] | None = None
         self.hash: HashSampler | None = None
         self.why_stream = ""  # why a run that asked for sampler "hash" streams instead
         if cfg.sampler == "hash":
@@ -181,7 +205,23 @@ class _DataStream:
                  task.sample(n_carry, gen, carry_mode(cfg), max_len, split="train")]
         return tuple(torch.cat([p[i] for p in parts]) for i in range(3))
 
+    def state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        t = {f"gen{i}": generator_state(g) for i, g in enumerate(self.gens)}
+        t.update({f"pre{i}": g for i, g in enumerate(self.gens_pre or [])})
+        return t, {"pos": self.pos, "refill_step": self.refill_step}
+
+    def load(self, t: dict[str, torch.Tensor], doc: dict[str, Any]) -> None:
+        if doc["refill_step"] is not None:  # the chunk in use, drawn again from the same state
+            for i, g in enumerate(self.gens):
+                if f"pre{i}" in t:
+                    set_generator(g, t[f"pre{i}"])
+            self._refill(doc["refill_step"])
+        for i, g in enumerate(self.gens):
+            set_generator(g, t[f"gen{i}"])
+        self.pos = doc["pos"]
+
     def _refill(self, step: int) -> None:
+        self.refill_step = step
         if self.hash is not None:  # (S, K, B, T) uint8, (S, K, B, T-1) bool, on the device
             seeds = [self.cfg.seed + i for i in range(self.cfg.seeds)]
             self.buf = self.hash.batches(seeds, list(range(step, step + DATA_CHUNK_STEPS)))
@@ -189,6 +229,7 @@ class _DataStream:
             return
         S, B, K = DATA_CHUNK_STEPS, self.cfg.batch_size, self.cfg.seeds
         n, rows = B * S, []
+        self.gens_pre = [generator_state(g) for g in self.gens]
         for gen in self.gens:
             a, b, op = self._sample_member(gen, n, self._max_len(step), step)
             perm = torch.randperm(n, generator=gen)  # mix carry and uniform rows across steps
@@ -212,14 +253,31 @@ class _DataStream:
 
 class _PolishStream:
     """The polish phase's batches: per member, half its own errors (mined once from the
-    training split, see recipe.mine_errors), half the ordinary training stream."""
+    training split, see recipe.mine_errors), half the ordinary training stream. `errors`:
+    the pool as mined before (a resumed run), instead of mining it again."""
 
-    def __init__(self, data: _DataStream, model: ArithTransformer, device: torch.device):
+    def __init__(self, data: _DataStream, model: ArithTransformer | None, device: torch.device,
+                 errors: list[tuple[torch.Tensor, torch.Tensor]] | None = None):
         self.data, cfg = data, data.cfg
-        gen = torch.Generator().manual_seed(0x9011_5400 + cfg.seed)
-        self.errors = [data.task.encode(*e) for e in mine_errors(model, data.task, cfg, gen)]
-        self.errors = [(t.to(device), m.to(device)) for t, m in self.errors]  # (E_k, T) each
+        if errors is None:
+            assert model is not None
+            gen = torch.Generator().manual_seed(0x9011_5400 + cfg.seed)
+            errors = [data.task.encode(*e) for e in mine_errors(model, data.task, cfg, gen)]
+        self.errors = [(t.to(device), m.to(device)) for t, m in errors]  # (E_k, T) each
         self.half = cfg.batch_size // 2
+
+    def state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        t, doc = self.data.state()
+        for k, (et, em) in enumerate(self.errors):
+            t[f"err{k}.tokens"], t[f"err{k}.mask"] = et, em
+        return t, {**doc, "polish": len(self.errors)}
+
+    @classmethod
+    def restore(cls, data: _DataStream, t: dict[str, torch.Tensor], doc: dict[str, Any],
+                device: torch.device) -> _PolishStream:
+        data.load(t, doc)
+        errors = [(t[f"err{k}.tokens"], t[f"err{k}.mask"]) for k in range(doc["polish"])]
+        return cls(data, None, device, errors)
 
     def next(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         tokens, mask = (x.clone() for x in self.data.next(step))  # (K, B, T), (K, B, T-1)

@@ -1,0 +1,174 @@
+"""A training run's whole state on disk, so that a killed run continues bit for bit.
+
+A state is two files in one folder, written every `TrainConfig.checkpoint_every` steps (or about
+every `checkpoint_seconds` of wall time) and when a run stops:
+
+    state-0000012000.safetensors   every tensor: the pack's weights, AdamW moments and step
+                                   count, Grokfast EMA, alive/running masks, the loss sums,
+                                   each proposal's best member state, mined polish errors,
+                                   each generator's state (data streams, abacus offsets, torch)
+    state-0000012000.json          everything else: format and arithsweep version, the configs,
+                                   the step, each proposal's history, best step and seed, stop
+                                   reason, the data streams' positions, the caller's own state
+                                   (the search trial's plateau counters...), and the sha256 of
+                                   the tensors file
+
+Safetensors + JSON like every checkpoint here: nothing is unpickled. Each file is written to a
+temporary name and renamed into place, the tensors first, so a kill at any moment leaves the
+newest complete pair readable; older pairs are deleted only after a newer one is in place.
+`latest_state` reads the newest pair whose tensors match their recorded sha256.
+
+    from arithsweep.core.training.resume import latest_state
+    state = latest_state("runs/add3/resume")   # None if the folder holds no state
+    print(state.step, state.doc["finished"])
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from arithsweep import __version__
+from arithsweep.core.errors import CheckpointError
+from arithsweep.core.hashing import sha256_file
+
+STATE_FORMAT = "arithsweep-train-state"
+STATE_VERSION = 1  # bump when what a state holds changes; other versions are refused
+STATE_DIR = "resume"  # a `train --out DIR` run keeps its states in DIR/resume
+_NAME = re.compile(r"^state-(\d{10})\.json$")
+
+
+@dataclass
+class RunState:
+    """One state read back from disk."""
+
+    path: Path  # its JSON file
+    step: int
+    doc: dict[str, Any]
+    tensors: dict[str, torch.Tensor]
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.doc.get("finished"))
+
+
+@dataclass
+class Checkpointing:
+    """What `train_population` needs to write states, and the state to continue from.
+
+    `extra` returns the caller's own JSON-safe state (saved in every state's "extra"); `on_save`
+    runs after each state is written (a search trial hands it to Tune there)."""
+
+    dir: Path
+    every_steps: int = 0  # 0: by wall time
+    every_seconds: float = 300.0
+    align: int = 1  # write only on steps divisible by this (a search trial: its evaluations)
+    extra: Callable[[], dict[str, Any]] | None = None
+    on_save: Callable[[Path, int], None] | None = None
+    resume: RunState | None = None
+    last_write: float = field(default_factory=time.perf_counter)
+
+    def due(self, step: int) -> bool:
+        if step % self.align:
+            return False
+        if self.every_steps:
+            return step % self.every_steps == 0
+        return time.perf_counter() - self.last_write >= self.every_seconds
+
+
+def _fsync_write(path: Path, write: Callable[[Path], None]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    write(tmp)
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_state(d: str | Path, step: int, tensors: dict[str, torch.Tensor],
+                doc: dict[str, Any]) -> Path:
+    """Write one state atomically into folder `d`; older states there are removed after."""
+    d = Path(d).absolute()
+    d.mkdir(parents=True, exist_ok=True)
+    stem = f"state-{step:010d}"
+    weights = d / f"{stem}.safetensors"
+    flat = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
+    _fsync_write(weights, lambda p: save_file(flat, str(p)))
+    full = {"format": STATE_FORMAT, "state_version": STATE_VERSION,
+            "arithsweep_version": __version__, "step": int(step), **doc,
+            "tensors_file": weights.name, "tensors_sha256": sha256_file(weights)}
+    text = json.dumps(full, indent=1, sort_keys=True)  # NaN stays NaN: Python reads it back
+    path = d / f"{stem}.json"
+    _fsync_write(path, lambda p: p.write_text(text))
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # the renames themselves survive a power cut
+    finally:
+        os.close(fd)
+    for old in d.glob("state-*"):
+        if old.name not in (weights.name, path.name):
+            old.unlink(missing_ok=True)
+    return path
+
+
+def latest_state(d: str | Path) -> RunState | None:
+    """The newest complete state in `d`, or None if there is none. A state of another format,
+    state version or arithsweep version is refused with a CheckpointError naming why."""
+    d = Path(d).absolute()
+    if not d.is_dir():
+        return None
+    names = sorted((p for p in d.iterdir() if _NAME.match(p.name)), reverse=True)
+    for path in names:
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # a torn write cannot happen (rename), but a hand-edited file can
+        _check_doc(path, doc)
+        weights = d / str(doc.get("tensors_file", ""))
+        if not weights.is_file() or sha256_file(weights) != doc.get("tensors_sha256"):
+            continue
+        try:
+            tensors = load_file(str(weights))
+        except (SafetensorError, OSError):
+            continue
+        return RunState(path=path, step=int(doc["step"]), doc=doc, tensors=tensors)
+    return None
+
+
+def _check_doc(path: Path, doc: dict[str, Any]) -> None:
+    if doc.get("format") != STATE_FORMAT:
+        raise CheckpointError(f"{path}: not an arithsweep training state")
+    if doc.get("state_version") != STATE_VERSION:
+        raise CheckpointError(f"{path}: training state version {doc.get('state_version')} "
+                              f"cannot be resumed by this arithsweep (it reads {STATE_VERSION})")
+    if doc.get("arithsweep_version") != __version__:
+        raise CheckpointError(f"{path}: written by arithsweep {doc.get('arithsweep_version')}, "
+                              f"this is {__version__}; a run resumes bit for bit only with "
+                              f"the version that started it")
+
+
+def generator_state(gen: torch.Generator) -> torch.Tensor:
+    return gen.get_state().clone()  # (n,) uint8
+
+
+def set_generator(gen: torch.Generator, state: torch.Tensor) -> None:
+    gen.set_state(state.clone())
+
+
+def sub(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    """The tensors under `prefix` with the prefix removed."""
+    n = len(prefix)
+    return {k[n:]: v for k, v in tensors.items() if k.startswith(prefix)}
+
+
+def prefixed(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    return {prefix + k: v for k, v in tensors.items()}
