@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
@@ -69,7 +70,7 @@ def train(
         try:
             res = resume_job(resume, progress=not as_json, log=log)
         except AlreadyFinished as done:
-            err.print(str(done), markup=False, highlight=False)
+            print(str(done), file=sys.stderr)  # one line, however narrow the terminal
             return
         from arithsweep.core.config import TrainConfig
 
