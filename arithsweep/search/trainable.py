@@ -2,8 +2,10 @@
 
 Runs inside a Ray worker. Round 1 trains the proposal's K seeds as one pack with
 `arithsweep.core.training.population.train`; every evaluation is reported to Tune
-(`tune.report`), with a checkpoint of the best seed whenever the trial's best exact match
-improves. A trial stops on its own curve, never because a model of another size is ahead of it:
+(`tune.report`), with a checkpoint (the best seed and the whole training state, see
+`trial_state`) whenever the trial's best exact match improves and every `checkpoint_every`
+steps or about `checkpoint_seconds`; a trial Tune restores continues mid-run from it. A
+trial stops on its own curve, never because a model of another size is ahead of it:
 
 - reached: a seed's held-out exact match clears the target (Wilson bound, corrected for the
   best of K) *and* the seed passes on the whole problem set (or 200k held-out problems), the
@@ -25,7 +27,8 @@ needs to reproduce the architecture.
 A pack (config with several proposals, see `arithsweep.search.packs`) trains them as one
 population with `arithsweep.core.training.population.train_population`: one round, each
 proposal with its own plateau / reached rule, reported under `p<j>/` keys in one Tune report per
-evaluation, and a checkpoint holding `p<j>/best` for every proposal whenever one improves.
+evaluation, and a checkpoint holding `p<j>/best` for every proposal (and the pack's state)
+whenever one improves or a state is due.
 
 Workers never open the leaderboard or MLflow: all bookkeeping happens on the driver. Not run
 by hand; `arithsweep.search.driver.run_search` passes `run_trial` to the Tuner.
@@ -34,9 +37,8 @@ by hand; `arithsweep.search.driver.run_search` passes `run_trial` to the Tuner.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from ray import tune
@@ -44,6 +46,7 @@ from ray import tune
 from arithsweep.core.errors import ConfigError
 from arithsweep.search import packs
 from arithsweep.search.trial import CONST_KEY, build_trial, params_if_possible
+from arithsweep.search.trial_state import TrialState
 
 PATIENCE = 8  # evaluations without progress before a trial counts as stuck
 MIN_EM_GAIN = 0.002  # exact-match gain of the best seed that counts as progress
@@ -122,9 +125,9 @@ def run_trial(config: dict[str, Any]) -> None:
                      "stop_reason": "invalid config", "error": str(exc)[:500]})
         return
     if packs.is_pack(config):
-        _Pack(setups, const).run()
+        _Pack(setups, const, config).run()
     else:
-        _Trial(setups[0], const).run()
+        _Trial(setups[0], const, config).run()
 
 
 def next_round(cfg: Any, best_index: int) -> Any:
@@ -135,34 +138,58 @@ def next_round(cfg: Any, best_index: int) -> Any:
 
 
 class _Trial:
-    def __init__(self, setup: Any, const: dict[str, Any]) -> None:
+    def __init__(self, setup: Any, const: dict[str, Any], config: dict[str, Any]) -> None:
         from arithsweep.core.evaluation.confirm import FullCheck
 
         self.setup, self.const = setup, const
         self.target = float(setup.train_cfg.target)
         self.check = FullCheck(setup.task, self.target)
-        previous = tune.get_checkpoint()
-        # train() cannot resume an optimiser mid-run, so a restored trial retrains from
-        # scratch; it keeps its earlier best so that it only checkpoints when it beats it.
-        self.best = _checkpoint_em(previous) if previous is not None else -1.0
-        self.step0 = 0
-        self.seeds_trained = self.seeds_reached = 0
+        self.ts = TrialState(config)
+        self.ts.row_fn, self.ts.best_fn = self._take_row, self._write_best
+        saved = self.ts.extra().get("trial", {})
+        # a restored trial continues its round mid-run, with the counters it had then
+        self.best = float(saved.get("best", _legacy_best()))
+        self.step0 = int(saved.get("step0", 0))
+        self.seeds_trained = int(saved.get("seeds_trained", 0))
+        self.seeds_reached = int(saved.get("seeds_reached", 0))
+        self.round = int(saved.get("round", 0))
+        self.round_cfg = saved.get("round_cfg")
+        self.plateau_saved = saved.get("plateau")
         self.stop_reason = ""
+        self.row: dict[str, Any] | None = None
+        self.result: Any = None
+
+    def _saved(self, cfg: Any) -> dict[str, Any]:
+        return {"trial": {"best": self.best, "step0": self.step0, "round": self.round,
+                          "round_cfg": cfg.to_dict(), "seeds_trained": self.seeds_trained,
+                          "seeds_reached": self.seeds_reached, "reason": self.reason,
+                          "plateau": vars(self.plateau)}}
 
     def run(self) -> None:
+        from arithsweep.core.config import TrainConfig
         from arithsweep.core.training.population import train
 
         cfg = self.setup.train_cfg
+        if self.round_cfg is not None:  # the round the restored state belongs to
+            cfg = TrainConfig.from_dict(self.round_cfg)
         rounds = 1 + int(self.const.get("extra_rounds", 1) or 0)
         near = float(self.const.get("near_miss", NEAR_MISS))
-        last = None
-        for r in range(rounds):
-            if r:
+        last, first = None, self.round
+        for r in range(first, rounds):
+            self.round = r
+            if r > first:
                 cfg = next_round(cfg, last.best_seed)
             self.plateau = Plateau(int(self.const.get("patience", PATIENCE) or PATIENCE))
             self.reason = ""
+            if r == first and self.plateau_saved:
+                vars(self.plateau).update(self.plateau_saved)
+            ckpt = self.ts.checkpointing(cfg, lambda c=cfg: self._saved(c), resume=r == first)
             result = train(self.setup.task, self.setup.model_cfg,
-                           replace(cfg, early_stop=False), on_eval=self._on_eval)
+                           replace(cfg, early_stop=False), on_eval=self._on_eval,
+                           on_step=self.ts.on_step, checkpoint=ckpt)
+            self.ts.flush()
+            if r == first and not self.reason and result.history:  # a finished state, replayed
+                self.reason = _saved_reason(ckpt)
             last = result
             self.stop_reason = self.reason or result.stop_reason
             self.step0 += result.steps
@@ -171,8 +198,9 @@ class _Trial:
             self.seeds_reached += sum(1 for e in final if not math.isnan(e) and e >= self.target)
             if self.reason == "reached target" or self.best < self.target - near:
                 break
+        self.ts.close()
         row = {"best_em": max(self.best, 0.0), "params": int(self.setup.params),
-               "step": self.step0, "stop_reason": self.stop_reason, "rounds": r + 1,
+               "step": self.step0, "stop_reason": self.stop_reason, "rounds": self.round + 1,
                "seeds_trained": self.seeds_trained,
                "seeds_reached": max(self.seeds_reached, int(self.reason == "reached target")),
                "elapsed": float(last.wall_time) if last is not None else 0.0, "done": 1}
@@ -188,20 +216,30 @@ class _Trial:
         elif self.plateau.update(point.best_em, row["loss"], digit_accuracy(point)):
             self.reason, stop = "plateau", True
         if best > self.best:
-            self.best = best
-            with tempfile.TemporaryDirectory(prefix="arithsweep-ckpt-") as tmp:
-                result.save_best(os.path.join(tmp, "best"))
-                # tune.report copies the directory into the trial's storage before returning
-                tune.report(row, checkpoint=tune.Checkpoint.from_directory(tmp))
-        else:
-            tune.report(row)
+            self.best, self.ts.improved = best, True
+        self.row, self.result = row, result
         return stop
+
+    def _take_row(self) -> dict[str, Any] | None:
+        row, self.row = self.row, None
+        return row
+
+    def _write_best(self, d: Path) -> None:
+        if self.result is not None and self.result.best_state:
+            self.result.save_best(d / "best")
+
+
+def _saved_reason(ckpt: Any) -> str:
+    """The stop reason a finished, restored round had reached (its on_eval ran before)."""
+    state = ckpt.resume
+    return "" if state is None else state.doc.get("extra", {}).get("trial", {}).get("reason", "")
 
 
 class _Pack:
     """A pack: proposals of one shape trained together, each judged on its own curve."""
 
-    def __init__(self, setups: list[Any], const: dict[str, Any]) -> None:
+    def __init__(self, setups: list[Any], const: dict[str, Any],
+                 config: dict[str, Any]) -> None:
         import copy
 
         from arithsweep.core.evaluation.confirm import FullCheck
@@ -214,22 +252,27 @@ class _Pack:
             c.checked = {}  # the cache is per proposal (keyed by its best step)
         patience = int(const.get("patience", PATIENCE) or PATIENCE)
         self.plateaus = [Plateau(patience) for _ in setups]
-        previous = tune.get_checkpoint()
-        # a restored pack retrains from scratch; each proposal keeps its earlier best
-        self.best = [_checkpoint_em(previous, f"p{j}") if previous is not None else -1.0
-                     for j in range(len(setups))]
-        self.reasons = [""] * len(setups)
+        self.ts = TrialState(config)
+        self.ts.row_fn, self.ts.best_fn = self._take_row, self._write_best
+        saved = self.ts.extra().get("pack", {})
+        self.best = list(saved.get("best", [_legacy_best(f"p{j}") for j in range(len(setups))]))
+        self.reasons = list(saved.get("reasons", [""] * len(setups)))
+        for p, v in zip(self.plateaus, saved.get("plateaus", [])):
+            vars(p).update(v)
         self.results: dict[int, Any] = {}  # proposal -> its TrainResult (same object always)
         self.rows: dict[int, dict[str, Any]] = {}  # this evaluation's rows, not yet reported
-        self.improved = False
 
     def run(self) -> None:
         from arithsweep.core.training.population import train_population
 
         cfgs = [replace(s.train_cfg, early_stop=False) for s in self.setups]
+        extra = lambda: {"pack": {"best": self.best, "reasons": self.reasons,  # noqa: E731
+                                  "plateaus": [vars(p) for p in self.plateaus]}}
         results = train_population(self.setups[0].task, self.setups[0].model_cfg, cfgs,
-                                   on_eval=self._on_eval, on_step=self._on_step)
-        self._flush()
+                                   on_eval=self._on_eval, on_step=self.ts.on_step,
+                                   checkpoint=self.ts.checkpointing(cfgs[0], extra))
+        self.ts.flush()
+        self.ts.close()
         row = self._row({"done": 1, "stop_reason": "pack done", "rounds": 1,
                          "step": max(r.steps for r in results),
                          "elapsed": max(r.wall_time for r in results)})
@@ -254,7 +297,7 @@ class _Pack:
 
     def _on_eval(self, j: int, point: Any, result: Any) -> bool:
         if j in self.rows:  # a new evaluation began before the last one was reported
-            self._flush()
+            self.ts.flush()
         self.results[j] = result
         best = max(float(result.best_em), 0.0)
         row = _metrics(point, result, max(best, self.best[j]), 0)
@@ -265,43 +308,41 @@ class _Pack:
         elif self.plateaus[j].update(point.best_em, row["loss"], digit_accuracy(point)):
             self.reasons[j], stop = "plateau", True
         if best > self.best[j]:
-            self.best[j], self.improved = best, True
+            self.best[j], self.ts.improved = best, True
         self.rows[j] = row
         return stop
 
-    def _on_step(self, step: int, total: int) -> None:
-        if self.rows:  # the evaluation before this step is complete: report it now
-            self._flush()
-
-    def _flush(self) -> None:
-        """One Tune report for the evaluation just made, every proposal's row in it."""
+    def _take_row(self) -> dict[str, Any] | None:
+        """One Tune row for the evaluation just made, every proposal's row in it."""
         if not self.rows:
-            return
+            return None
         rows, self.rows = self.rows, {}
         row = self._row({k: max(r[k] for r in rows.values())
                          for k in ("step", "examples", "elapsed")})
         row["em"] = max(r["em"] for r in rows.values())
         for j, r in rows.items():
             row.update({packs.key(j, k): v for k, v in r.items() if k != "params"})
-        if not self.improved:
-            tune.report(row)
-            return
-        self.improved = False
-        with tempfile.TemporaryDirectory(prefix="arithsweep-ckpt-") as tmp:
-            # every proposal's best so far: Tune keeps only the latest checkpoint
-            for j, r in self.results.items():
-                if r.best_state:
-                    r.save_best(os.path.join(tmp, f"p{j}", "best"))
-            tune.report(row, checkpoint=tune.Checkpoint.from_directory(tmp))
+        return row
+
+    def _write_best(self, d: Path) -> None:
+        # every proposal's best so far: Tune keeps only the latest checkpoint
+        for j, r in self.results.items():
+            if r.best_state:
+                r.save_best(d / f"p{j}" / "best")
 
 
-def _checkpoint_em(ckpt: tune.Checkpoint, sub: str = "") -> float:
-    """The exact match stored in a restored trial checkpoint's config.json (-1 if unreadable)."""
+def _legacy_best(sub: str = "") -> float:
+    """A restored checkpoint without a training state (a search made before states existed)
+    retrains from step 0 but keeps its earlier best: the exact match in its best/config.json
+    (-1 if there is none)."""
     import json
 
+    ckpt = tune.get_checkpoint()
+    if ckpt is None:
+        return -1.0
     with ckpt.as_directory() as d:
         try:
-            with open(os.path.join(d, sub, "best", "config.json")) as f:
+            with open(Path(d) / sub / "best" / "config.json") as f:
                 return float(json.load(f)["metrics"]["eval_exact_match"])
         except (OSError, ValueError, KeyError, TypeError):
             return -1.0

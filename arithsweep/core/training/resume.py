@@ -67,7 +67,8 @@ class Checkpointing:
     """What `train_population` needs to write states, and the state to continue from.
 
     `extra` returns the caller's own JSON-safe state (saved in every state's "extra"); `on_save`
-    runs after each state is written (a search trial hands it to Tune there)."""
+    runs after each state is written (a search trial hands it to Tune there); `want(step)` lets
+the caller ask for a state at an evaluation besides the regular ones."""
 
     dir: Path
     every_steps: int = 0  # 0: by wall time
@@ -75,12 +76,15 @@ class Checkpointing:
     align: int = 1  # write only on steps divisible by this (a search trial: its evaluations)
     extra: Callable[[], dict[str, Any]] | None = None
     on_save: Callable[[Path, int], None] | None = None
+    want: Callable[[int], bool] | None = None  # the caller asks for a state at this step too
     resume: RunState | None = None
     last_write: float = field(default_factory=time.perf_counter)
 
     def due(self, step: int) -> bool:
         if step % self.align:
             return False
+        if self.want is not None and self.want(step):
+            return True
         if self.every_steps:
             return step % self.every_steps == 0
         return time.perf_counter() - self.last_write >= self.every_seconds

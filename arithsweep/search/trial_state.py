@@ -1,0 +1,102 @@
+"""A search trial's Tune checkpoints: its best model(s) and its whole training state.
+
+Every checkpoint a trial reports holds `best/` (a pack: `p<j>/best` per proposal), what the
+driver verifies and publishes, and `state/`, the training state of that very step
+(`core.training.resume`: weights, AdamW moments, Grokfast EMA, data positions, RNGs, and the
+trial's own counters: round, plateau, running best). States are written every
+`checkpoint_every` steps or about every `checkpoint_seconds` (at an evaluation, so each one goes
+to Tune with that evaluation's row) and whenever the trial's best improves, so Tune's latest
+checkpoint always carries the newest state. A trial Tune restores (`search --resume`, a worker
+restarted under `FailureConfig`) continues from it mid-run; so does the replay of a proposal the
+search deadline cut, from the cut trial's checkpoint (`RESUME_FROM`).
+
+Runs inside a Ray worker; used by `trainable.run_trial`:
+
+    ts = TrialState(config)                  # reads tune.get_checkpoint() or RESUME_FROM
+    ckpt = ts.checkpointing(cfg, extra=lambda: {...})
+    train(task, model_cfg, cfg, on_eval=..., on_step=ts.on_step, checkpoint=ckpt)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ray import tune
+
+from arithsweep.core.errors import ArithsweepError
+from arithsweep.core.training.resume import Checkpointing, RunState, latest_state
+
+STATE = "state"  # a trial checkpoint's training-state folder, beside best/
+# trial config key of a replay (search.replay): the cut trial's checkpoint folder, whose state
+# the replay continues when the shapes agree
+RESUME_FROM = "resume_from"
+
+
+class TrialState:
+    """Holds a trial's evaluation rows until the step's state is written, then reports them
+    to Tune with one checkpoint (best models + state), or without one when none is due."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="arithsweep-trial-"))
+        self.restored = self._restore(config)
+        self.improved = False  # the best went up since the last checkpoint: write one now
+        self.row_fn: Callable[[], dict[str, Any] | None] = lambda: None
+        self.best_fn: Callable[[Path], None] = lambda d: None  # writes best/ (p<j>/best)
+        self.last_row: dict[str, Any] | None = None
+
+    @staticmethod
+    def _restore(config: dict[str, Any]) -> RunState | None:
+        ckpt = tune.get_checkpoint()
+        try:
+            if ckpt is not None:
+                with ckpt.as_directory() as d:
+                    return latest_state(Path(d) / STATE)
+            src = config.get(RESUME_FROM)
+            return latest_state(Path(src) / STATE) if src else None
+        except ArithsweepError:  # another version's state: the trial trains from step 0
+            return None
+
+    def extra(self) -> dict[str, Any]:
+        """The caller's counters saved with the restored state ({} if it starts afresh)."""
+        return dict(self.restored.doc.get("extra", {})) if self.restored else {}
+
+    def checkpointing(self, cfg: Any, extra: Callable[[], dict[str, Any]],
+                      resume: bool = True) -> Checkpointing:
+        """For one train() call; the restored state goes to the first call that takes it."""
+        state = self.restored if resume else None
+        self.restored = None if resume else self.restored
+        return Checkpointing(self.dir / STATE, cfg.checkpoint_every, cfg.checkpoint_seconds,
+                             align=cfg.eval_every, extra=extra, on_save=self._on_save,
+                             want=lambda _step: self.improved, resume=state)
+
+    def on_step(self, step: int, total: int) -> None:
+        self.flush()  # the evaluation before this step wrote no state: report it alone
+
+    def _on_save(self, path: Path, step: int) -> None:
+        self.flush(with_state=True)
+
+    def flush(self, with_state: bool = False) -> None:
+        row = self.row_fn()
+        if row is None and not with_state:
+            return
+        row = row if row is not None else self.last_row
+        if row is None:  # a state before any evaluation: nothing to tell Tune yet
+            return
+        self.last_row = row
+        if not with_state:
+            tune.report(row)
+            return
+        self.improved = False
+        with tempfile.TemporaryDirectory(prefix="arithsweep-ckpt-") as tmp:
+            self.best_fn(Path(tmp))
+            shutil.copytree(self.dir / STATE, os.path.join(tmp, STATE))
+            # tune.report copies the directory into the trial's storage before returning
+            tune.report(row, checkpoint=tune.Checkpoint.from_directory(tmp))
+
+    def close(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
