@@ -1,22 +1,27 @@
 """Leaderboard commands: `verify`, `leaderboard`, `show`, `export`, `publish`.
 
 `leaderboard`, `show` and `publish` import neither torch nor ray nor mlflow (they read SQLite
-through SQLAlchemy only), so they answer in well under a second; `verify` and
-`export --adderboard` load weights and import torch inside the command.
+through SQLAlchemy only, and the published board's entries.json with hashlib), so they answer
+in well under a second; `verify` and `export --adderboard` load weights and import torch
+inside the command. `leaderboard` lists the local database's entries and those published
+beside it (leaderboard/entries.json, each checked by sha256), told apart by their source;
+`verify --published` re-verifies every published one into the local database.
 
     arithsweep verify runs/add3/best --record
+    arithsweep verify --published leaderboard
     arithsweep leaderboard --task add3
     arithsweep publish --dir leaderboard
 """
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
 import typer
 
-from arithsweep.cli.common import DB_HELP, err, out, print_json
+from arithsweep.cli.common import DB_HELP, check_outputs, err, out, print_json, table
 from arithsweep.core.errors import ArithsweepError
 
 
@@ -27,14 +32,20 @@ def _open(db: str | None, create: bool):
 
 
 def verify(
-    checkpoint: Path = typer.Argument(..., help="checkpoint directory (safetensors + config.json)"),
+    checkpoint: Path = typer.Argument(None, help="checkpoint directory (safetensors + config.json); with --published, the folder `arithsweep publish` wrote (default: leaderboard, as publish's --dir)"),
     target: float = typer.Option(None, "--target", help="exact match needed to qualify, in (0, 1] (default 0.99, or the target a published folder was verified at)"),
     record: bool = typer.Option(False, "--record", help="add a qualifying result to the leaderboard"),
+    published: bool = typer.Option(False, "--published", help="re-verify every entry published in the folder (its entries.json) and record each into the database"),
     db: str = typer.Option(None, "--db", help=DB_HELP),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Verify a checkpoint with the current suite (params and exact match from the weights
     alone; per Quirke class too for add, sub and mix)."""
+    if published:
+        return _verify_published(checkpoint, target, db, as_json)
+    if checkpoint is None:
+        raise ArithsweepError("give a CHECKPOINT directory (or --published to re-verify the "
+                              "published entries)")
     from arithsweep.leaderboard.provenance import published_entry
 
     kept = published_entry(checkpoint)  # a published folder: its entry number and target
@@ -42,6 +53,7 @@ def verify(
         target = kept.get("target") if isinstance(kept.get("target"), float) else 0.99
     if not 0 < target <= 1:
         raise ArithsweepError(f"--target {target}: must be in (0, 1]")
+    check_outputs(urls={"--db": db} if record else None)
     board = _open(db, create=True) if record else None  # a bad --db fails before the long run
     from arithsweep.leaderboard.verify import verify as run_verify
 
@@ -76,17 +88,100 @@ def verify(
             f"not recorded: exact match {report.exact_match:.6f} is below the target {target:g}")
 
 
+def _verify_published(folder: Path | None, target: float | None, db: str | None,
+                      as_json: bool) -> None:
+    """`verify --published`: every published entry re-verified by the suite and recorded."""
+    from arithsweep.leaderboard import published as pub
+
+    if target is not None:
+        raise ArithsweepError("--target: --published re-verifies each entry at the target it "
+                              "was published with")
+    check_outputs(urls={"--db": db})
+    board = _open(db, create=False)  # created by the first record, not by a mistake here
+    folder = folder if folder is not None else Path("leaderboard")  # publish's --dir default
+    rows = pub.published_rows(folder, required=True)
+    if not rows:
+        raise ArithsweepError(f"no published entries in {pub.label(folder)}/{pub.INDEX}")
+    from rich.progress import Progress
+
+    results = []
+    with Progress(console=err, transient=True, disable=as_json or not sys.stderr.isatty()) as bar:
+        whole = bar.add_task("published entries", total=len(rows))
+        one = bar.add_task("", total=None)
+        for row in rows:
+            bar.update(one, description=Path(row["checkpoint_path"]).name, completed=0,
+                       total=None)
+            results.append(pub.reverify(row, board, progress=lambda d, n: bar.update(
+                one, completed=d, total=n)))
+            bar.advance(whole)
+    if as_json:
+        print_json(results)
+    else:
+        from arithsweep.core.evaluation.stats import percent
+
+        tab = table(f"re-verified from {pub.label(folder)} into {board.where}",
+                    ("checkpoint", "params", "published", "measured", "problems", "entry",
+                     "status"), right={"params", "published", "measured", "problems", "entry"})
+        for r in results:
+            n = r.get("n_problems")
+            tab.add_row(Path(str(r["checkpoint"])).name, str(r.get("params")),
+                        percent(r.get("published_exact_match")), percent(r.get("exact_match")),
+                        "" if n is None else f"{n:,}", str(r.get("entry_id") or ""),
+                        r["status"], style=None if r["recorded"] else "red")
+        out.print(tab)
+    failed = [Path(str(r["checkpoint"])).name for r in results if not r["recorded"]]
+    if failed:
+        raise ArithsweepError(f"{len(failed)} of {len(results)} published entries were not "
+                              f"recorded ({', '.join(failed)}); see each one's status")
+    if not as_json:
+        out.print(f"recorded all {len(results)} published entries in {board.where}")
+
+
 def _empty_board(board) -> str:
-    """What an empty leaderboard says: a fresh clone has the published models' checkpoints
-    but no database (it is not committed), so say where the published ones are."""
+    """What an empty leaderboard says (no database, and nothing published beside it): a
+    fresh clone has the published models' checkpoints but no database (it is not committed),
+    so say where the published ones are."""
     what = (f"no entries in {board.where}" if board.exists
             else f"no leaderboard database at {board.where} yet")
     line = f"{what} (add one: arithsweep verify CHECKPOINT --record)"
     published = Path("leaderboard") / "checkpoints"
     if published.is_dir() and any(p.is_dir() for p in published.iterdir()):
-        line += (f"; the models published here are listed in leaderboard/LEADERBOARD.md and "
-                 f"re-verified into it with: arithsweep verify {published}/NAME --record")
+        line += (f"; the models published here are listed in leaderboard/LEADERBOARD.md "
+                 f"(arithsweep leaderboard --published leaderboard) and re-verified into it "
+                 f"with: arithsweep verify {published}/NAME --record, or all of them with: "
+                 f"arithsweep verify --published leaderboard")
     return line
+
+
+def _published(board, folder: str | None) -> tuple[list[dict], str | None, str | None]:
+    """(published rows, their folder's label, the problem with its index or None); the
+    folder: --published as given ('' for none), else the database's own folder."""
+    from arithsweep.leaderboard import published as pub
+
+    where = pub.default_folder(board.url) if folder is None else Path(folder) if folder else None
+    if where is None:
+        return [], None, None
+    try:
+        return pub.published_rows(where, required=bool(folder)), pub.label(where), None
+    except pub.PublishedIndexError as e:
+        return [], pub.label(where), str(e)
+
+
+def _board_table(rows: list[dict], title: str, sourced: bool):
+    """render.rich_table, with a source column when a published board is listed too."""
+    from rich.text import Text
+
+    from arithsweep.cli.render import rich_table
+    from arithsweep.leaderboard import published as pub
+
+    if not sourced:
+        return rich_table(rows, title=title)
+    tab = rich_table([], title=title)
+    tab.add_column("source", no_wrap=True)
+    for r in rows:
+        bad = r.get("sha256_ok") is False
+        tab.add_row(*pub.display_cells(r), Text(pub.source_cell(r), "bold red" if bad else ""))
+    return tab
 
 
 def leaderboard(
@@ -95,14 +190,16 @@ def leaderboard(
     limit: int = typer.Option(None, "--limit", "-n", help="at most N rows"),
     all_rows: bool = typer.Option(False, "--all", help="every entry, not one best row per task"),
     db: str = typer.Option(None, "--db", help=DB_HELP),
+    published: str = typer.Option(None, "--published", help="a folder `arithsweep publish` wrote (its entries.json), listed beside the database's entries (default: the database's own folder, leaderboard/; '' for none)"),
     as_json: bool = typer.Option(False, "--json"),
     as_csv: bool = typer.Option(False, "--csv"),
     as_md: bool = typer.Option(False, "--markdown"),
 ) -> None:
-    """Verified results, fewest parameters first."""
+    """Verified results, fewest parameters first: the local database's entries and the
+    published ones beside it (each published checkpoint checked by sha256)."""
     if sum((as_json, as_csv, as_md)) > 1:
         raise ArithsweepError("choose one of --json, --csv, --markdown")
-    from arithsweep.cli import render as tables
+    from arithsweep.leaderboard import published as pub
     from arithsweep.leaderboard import tables as formats
 
     if task is not None:
@@ -110,22 +207,40 @@ def leaderboard(
 
         task = task_name(task)
     board = _open(db, create=False)
-    rows = board.query(task=task, target=target, limit=limit, all=all_rows)
+    rows = board.query(task=task, target=target, limit=limit, all=all_rows)  # checks them too
+    shown, folder, problem = _published(board, published)
+    if problem and not board.count():
+        raise ArithsweepError(problem)
+    if problem:  # the local entries still list; one plain line (Rich would wrap it)
+        print(f"warning: {problem}; listing {board.where} only", file=sys.stderr)
+    rows = (pub.merge(board.query(task=task, all=True), shown, task, target, limit, all_rows)
+            if shown else pub.as_local(rows))
+    listed = sum(r["source"] == "published" for r in rows)  # a source column once any is
     if as_json:
         sys.stdout.write(formats.to_json(rows) + "\n")
     elif as_csv:
-        sys.stdout.write(formats.to_csv(rows))
+        sys.stdout.write(pub.add_source_columns(formats.to_csv(rows), rows))
     elif as_md:
-        sys.stdout.write(formats.to_markdown(rows))
+        sys.stdout.write(pub.to_markdown(rows) if shown else formats.to_markdown(rows))
     elif not rows and (task is not None or target is not None):
-        err.print(f"no entries in {board.where} match"
+        also = f" or {folder}/{pub.INDEX}" if shown else ""
+        total = len(pub.merge(board.query(all=True), shown, all=True))
+        err.print(f"no entries in {board.where}{also} match"
                   + (f" task {task}" if task else "")
                   + (f" target >= {target}" if target is not None else "")
-                  + f" ({len(board.query(all=True))} entries in all)")
+                  + f" ({total} entries in all)")
     elif not rows:
         err.print(_empty_board(board))
     else:
-        out.print(tables.rich_table(rows, title=f"arithsweep leaderboard · {board.where}"))
+        title = f"arithsweep leaderboard · {board.where}" + (
+            f" + published {folder}/{pub.INDEX}" if shown else "")
+        out.print(_board_table(rows, title, bool(shown)))
+        if listed:
+            again = shlex.join(["arithsweep", "verify", "--published", str(folder)]
+                               + (["--db", db] if db else []))
+            out.print(f"{listed} published entr{'y' if listed == 1 else 'ies'} listed as "
+                      f"published: weights checked by sha256, figures as published; re-verify "
+                      f"all of them into {board.where} with: {again}", highlight=False)
 
 
 def show(
@@ -154,6 +269,9 @@ def export(
     """Export an entry as an AdderBoard submission, or the leaderboard as markdown."""
     if (adderboard is None) == (markdown is None):
         raise ArithsweepError("choose one of --adderboard FILE.py (with an ENTRY) or --markdown FILE.md")
+    weights = adderboard.parent / f"{adderboard.stem}_weights" if adderboard else None
+    check_outputs(files={"--markdown": markdown, "--adderboard": adderboard},
+                  dirs={"--adderboard's weights folder": weights})
     board = _open(db, create=False)
     if markdown is not None:
         from arithsweep.leaderboard.publish import MARKDOWN
@@ -199,6 +317,7 @@ def publish(
     """Write LEADERBOARD.md and a checked copy of every listed checkpoint, ready to commit."""
     from arithsweep.leaderboard import publish as pub
 
+    check_outputs(dirs={"--dir": dest})
     board = _open(db, create=False)
     rows = board.query(all=True)
     if not rows:

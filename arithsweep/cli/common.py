@@ -1,17 +1,25 @@
-"""What every command module shares: the consoles, the help texts, JSON output, overrides.
+"""What every command module shares: the consoles, the help texts, JSON output, overrides,
+and the early check of every path a command will write (`check_outputs`).
 
 Command modules import this, never the app (`arithsweep.cli.app` imports them and registers
 their functions), so the dependency runs one way.
+
+    python -c "from arithsweep.cli.common import check_outputs; \
+        check_outputs(files={'--png': 'README.md/o.png'})"  # raises: README.md is a file
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+
+from arithsweep.core.errors import ArithsweepError
 
 # piped output is not cut to 80 columns: a leaderboard row is wider than that
 out = Console(width=None if sys.stdout.isatty() else 220)
@@ -48,3 +56,83 @@ def model_overrides(sets: list[str] | None, **named: Any) -> dict[str, Any]:
 
 def one_line(msg: str) -> str:
     return " ".join(msg.split())
+
+
+# --- output paths: checked before any long work, so a typo costs a second, not a training run
+
+Where = str | os.PathLike | None
+
+
+def _blocked(path: Path, create_parents: bool = True) -> str | None:
+    """Why `path` (not there yet) cannot be created, or None: the nearest existing folder
+    above it must be a writable folder (and, unless `create_parents`, be its parent)."""
+    for above in (*path.parents, Path.cwd()):  # named as given: "notadir", not /home/...
+        if above.exists() or above.is_symlink():
+            break
+        if not create_parents:
+            return f"the folder {above} does not exist"
+    if not above.is_dir():
+        return f"{above} is a file, not a folder"
+    if not os.access(above, os.W_OK | os.X_OK):
+        return f"the folder {above} is not writable (permission denied)"
+    return None
+
+
+def _file_problem(path: Path, create_parents: bool = True) -> str | None:
+    if path.is_dir():
+        return "that is a folder; give a file name"
+    if path.exists() or path.is_symlink():
+        if not path.is_file():
+            return "that is not a regular file"
+        return None if os.access(path, os.W_OK) else "the file is not writable (permission denied)"
+    return _blocked(path, create_parents)
+
+
+def _dir_problem(path: Path) -> str | None:
+    if path.is_dir():
+        ok = os.access(path, os.W_OK | os.X_OK)
+        return None if ok else "the folder is not writable (permission denied)"
+    if path.exists() or path.is_symlink():
+        return "that is a file, not a folder"
+    return _blocked(path)
+
+
+def _db_file(flag: str, url: Where) -> Path | None:
+    """The SQLite file behind a database option, or None (not given, not SQLite, or not a URL:
+    the command says so itself). The leaderboard's `--db` left out means its default database;
+    any other option (an MLflow URI) is checked only as a sqlite:/// URL."""
+    if url is None and flag != "--db":
+        return None
+    from arithsweep.leaderboard.db import default_db_url, normalize_url, sqlite_path
+
+    text = str(url or "")
+    if flag != "--db" and not text.startswith("sqlite:"):
+        return None
+    try:
+        return sqlite_path(normalize_url(text) if text else default_db_url())
+    except (ArithsweepError, ValueError):  # SQLAlchemy's ArgumentError is a ValueError
+        return None
+
+
+def check_outputs(
+    files: Mapping[str, Where] | None = None,
+    dirs: Mapping[str, Where] | None = None,
+    appends: Mapping[str, Where] | None = None,
+    urls: Mapping[str, Where] | None = None,
+) -> None:
+    """Raise one clear `ArithsweepError` ("--png a/o.png: a is a file, not a folder") for the
+    first output path that cannot be written; call it before a command's long work. Each
+    mapping goes option name -> path (None: not given, skipped). `files` are written (their
+    missing folders created), `dirs` are folders created or filled, `appends` files opened
+    for appending where they stand (their folder must exist), `urls` databases (SQLAlchemy
+    URL or path; only SQLite files are checked; "--db" None is the default leaderboard)."""
+    checks: list[tuple[str, Path | None, Any]] = []
+    checks += [(k, None if v is None else Path(v), _file_problem) for k, v in (files or {}).items()]
+    checks += [(k, None if v is None else Path(v), _dir_problem) for k, v in (dirs or {}).items()]
+    checks += [(k, None if v is None else Path(v), lambda p: _file_problem(p, False))
+               for k, v in (appends or {}).items()]
+    checks += [(k, _db_file(k, v), _file_problem) for k, v in (urls or {}).items()]
+    for flag, path, problem in checks:
+        why = None if path is None else problem(path.expanduser())
+        if why:
+            raise ArithsweepError(f"{flag} {path}: cannot write there: {why}")

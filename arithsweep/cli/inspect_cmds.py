@@ -18,7 +18,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from arithsweep.cli.common import DB_HELP, out, print_json, table
+from arithsweep.cli.common import DB_HELP, check_outputs, out, print_json, table
 from arithsweep.core.errors import ArithsweepError
 
 
@@ -114,10 +114,11 @@ def inspect(
     if row is not None and row.get("sha256") and row["sha256"] != ck.sha256:
         raise ArithsweepError(f"entry {row['id']}: the checkpoint at {ck.path} has changed since "
                               "it was verified (sha256 differs); re-verify it")
+    dest = None if no_png else (png or Path(f"inspect-{ck.task.name}.png"))
+    check_outputs(files={"--png": dest})  # the default name needs the task: after loading
     res = inspect_problem(ck.model, ck.task, problem, member=member)
     views = accuracy_views(ck.model, ck.task, n=n, member=member)
     what = (f"entry {row['id']} · " if row else "") + f"{ck.params} parameters · {ck.path}"
-    dest = None if no_png else (png or Path(f"inspect-{ck.task.name}.png"))
     if dest is not None:
         draw(res, dest, views, title=f"{res['task']} · {res['problem']} · {ck.params} parameters"
              + (f" · entry {row['id']}" if row else ""))

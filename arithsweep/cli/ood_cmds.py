@@ -22,7 +22,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from arithsweep.cli.common import DB_HELP, err, out, print_json
+from arithsweep.cli.common import DB_HELP, check_outputs, err, out, print_json
 from arithsweep.core.errors import ArithsweepError
 
 
@@ -169,6 +169,7 @@ def ood(
     counts = _loop_counts(loops)
     if png is not None and png.suffix.lower() != ".png":  # matplotlib would add .png unasked
         raise ArithsweepError(f"--png {png}: the picture is a PNG; give a path ending in .png")
+    check_outputs(files={"--png": png})  # before the grid, which can take minutes
     path, run_id = _resolve(target, db)
     from arithsweep.core.data.tasks import MAX_DIGITS
     from arithsweep.core.evaluation.ood import WIDE_POSITIONS, ood_grid, save_heatmap

@@ -7,6 +7,10 @@ The string formats (`to_json`, `to_csv`, `to_markdown`) live in `tables`.
                                                         commands that retrain and re-verify it,
                                                         then a section per seed project
                                                         (leaderboard/projects.py)
+    leaderboard/entries.json                            the same entries as data, which
+                                                        `arithsweep leaderboard` lists on a
+                                                        clone without a database
+                                                        (leaderboard/published.py)
     leaderboard/pictures/                               committed by hand (ood, inspect PNGs);
                                                         linked from the project sections
     leaderboard/checkpoints/<task>-<params>-<sha8>/     model.safetensors + config.json, copied
@@ -51,6 +55,7 @@ from arithsweep.leaderboard.provenance import (
     published_reproduce,
     search_lines,
 )
+from arithsweep.leaderboard.published import INDEX, index_entry, index_text, is_ours
 from arithsweep.leaderboard.tables import _count, _md_table
 
 MARKDOWN = "LEADERBOARD.md"
@@ -222,6 +227,9 @@ def _check_destination(dest: Path) -> None:
     if dest.exists() and not dest.is_dir():
         raise ArithsweepError(f"--dir {dest}: not a directory")
     md, ckpts = dest / MARKDOWN, dest / CHECKPOINTS
+    if (dest / INDEX).exists() and not is_ours(dest / INDEX):
+        raise ArithsweepError(f"{dest / INDEX} was not written by arithsweep publish; "
+                              "move it or publish to another --dir")
     if md.exists():
         with open(md, encoding="utf-8", errors="replace") as f:
             if not f.readline().startswith(GENERATED):
@@ -307,6 +315,10 @@ def publish(
         text = leaderboard_markdown(rows, configs, _label(dest),
                                     sections + list(extra_sections or []), found)
         (stage / MARKDOWN).write_text(text, encoding="utf-8")
+        (stage / INDEX).write_text(index_text([index_entry(
+            r, n, seeds_reached(r, c), published_reproduce(
+                r, f"{_label(dest)}/{CHECKPOINTS}/{n}/config.json"))
+            for r, n, c in zip(rows, names, configs)]), encoding="utf-8")
         dest.mkdir(exist_ok=True)
         _swap_in(stage, dest)
     except OSError as e:
@@ -327,20 +339,20 @@ def _swap_in(stage: Path, dest: Path) -> None:
     """Move the checked, staged publication into `dest` by renames (same filesystem), putting
     the previous one back if a rename fails, so `dest` holds one whole publication or the other.
     """
-    live, old = dest / CHECKPOINTS, stage / "previous"
-    had_old = live.exists()
-    if had_old:
-        os.replace(live, old)
+    done: list[tuple[Path, Path, Path]] = []
     try:
-        os.replace(stage / CHECKPOINTS, live)
-        try:
-            os.replace(stage / MARKDOWN, dest / MARKDOWN)
-        except OSError:
-            os.replace(live, stage / CHECKPOINTS)
-            raise
+        for name in (CHECKPOINTS, INDEX, MARKDOWN):  # the markdown last: it links the rest
+            new, live, old = stage / name, dest / name, stage / f"previous-{name}"
+            if live.exists():
+                os.replace(live, old)
+            done.append((new, live, old))
+            os.replace(new, live)
     except OSError:
-        if had_old:
-            os.replace(old, live)
+        for new, live, old in reversed(done):
+            if not new.exists() and live.exists():
+                os.replace(live, new)
+            if old.exists():
+                os.replace(old, live)
         raise
 
 
