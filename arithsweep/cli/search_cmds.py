@@ -14,7 +14,7 @@ from pathlib import Path
 
 import typer
 
-from arithsweep.cli.common import DB_HELP, TASK_HELP, out, print_json, table
+from arithsweep.cli.common import DB_HELP, TASK_HELP, check_outputs, out, print_json, table
 from arithsweep.core.errors import ArithsweepError
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
@@ -32,32 +32,16 @@ def parse_duration(text: str | None, flag: str) -> float:
 
 
 def _live_view():
-    """A Rich live table of trials, fed by the driver's trial events; None when piped."""
+    """A Rich live view of the search (a header line over a table of proposals), fed by the
+    driver's events; None when piped."""
     if not sys.stdout.isatty():
         return None, None
     from rich.live import Live
-    from rich.table import Table  # noqa: TC002 - the live view's type
 
-    trials: dict[str, dict] = {}
+    from arithsweep.cli.render import LiveSearch
 
-    def render() -> Table:
-        t = table("trials", ("trial", "status", "params", "best exact match", "step",
-                             "architecture"))
-        for tid, r in sorted(trials.items())[-30:]:
-            em = r.get("best_em")
-            t.add_row(tid, str(r.get("status", "")), str(r.get("params", "")),
-                      f"{em:.4f}" if isinstance(em, float) else "", str(r.get("step", "")),
-                      str(r.get("architecture", "")))
-        return t
-
-    live = Live(render(), console=out, refresh_per_second=2, transient=False)
-
-    def on_update(event: dict) -> None:
-        tid = str(event.get("trial_id", "?"))
-        trials.setdefault(tid, {}).update({k: v for k, v in event.items() if v is not None})
-        live.update(render())
-
-    return live, on_update
+    view = LiveSearch()  # drawn afresh at each refresh: its clock moves between events
+    return Live(view, console=out, refresh_per_second=2, transient=False), view.update
 
 
 def search(
@@ -90,6 +74,7 @@ def search(
 
     Trials that reach the target are verified at once; no proposal as large as the smallest
     verified model is trained after that."""
+    check_outputs(dirs={"--root": root or "searches"}, urls={"--db": db, "--mlflow-uri": mlflow_uri})
     from arithsweep.search.driver import SearchOptions
 
     opts = SearchOptions(

@@ -38,7 +38,7 @@ from typing import Any
 from arithsweep import __version__
 from arithsweep.core.errors import ArithsweepError, ConfigError
 from arithsweep.search import cluster
-from arithsweep.search.options import SearchOptions, SearchSummary
+from arithsweep.search.options import SearchOptions, SearchProgress, SearchSummary
 
 TUNE_DIR = "tune"  # the Tune experiment's name inside the search directory
 
@@ -70,7 +70,9 @@ so the search never imports the leaderboard; None verifies nothing."""
 
 def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = None,
                verifier: Verifier | None = None) -> SearchSummary:
-    """Run (or resume) a search; `on_update(event)` gets trial start/result/complete events;
+    """Run (or resume) a search; `on_update(event)` gets trial start/result/complete events,
+    each with the search's `SearchProgress` (as a dict) under "search", and one event
+    "search" (trial_id None) before any trial;
     `verifier` checks trials that reach the target from their weights (see `Verifier`): the
     smallest verified one bounds every later proposal."""
     t0 = time.time()
@@ -131,6 +133,10 @@ def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = N
             trials=opts.trials, deadline=deadline, on_update=on_update, verifier=verifier,
             max_params=opts.max_params, frontier=opts.frontier, verified=verified,
             incumbent=incumbent.incumbent_of(verified)))
+        if on_update is not None:  # every live event says where the search stands
+            state.on_update = lambda event: on_update(
+                {**event, "search": _progress(name, t0, opts, state)})
+            run_settings.emit(name, {"event": "search", "trial_id": None})  # before any trial
         before = _read_json(sdir / "summary.json") if opts.resume else {}
         # the trials' rule (a resumed Tuner keeps the constants it was started with)
         near = float((stored.get("options") or {}).get("near_miss", opts.near_miss))
@@ -157,6 +163,17 @@ def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = N
     _write_json(sdir / "summary.json", summary.to_dict())
     tracking.mlflow_close(mlflow_uri, parent_run, summary, sdir)
     return summary
+
+
+def _progress(name: str, t0: float, opts: SearchOptions, state) -> dict[str, Any]:
+    """The live view's `SearchProgress`, from the driver's state as it is now."""
+    ok = [v for v in state.verified.values() if v.get("qualifies")]
+    best = min(ok, key=lambda v: (int(v["params"]), -float(v.get("exact_match") or 0.0)),
+               default=None)
+    return asdict(SearchProgress(
+        name=name, started=t0, time_budget=opts.time_budget, cpus_per_trial=opts.cpus_per_trial,
+        skipped=len(state.skipped), incumbent=None if best is None else {
+            k: best.get(k) for k in ("params", "exact_match", "entry_id", "trial_id")}))
 
 
 def _stored_options(sdir: Path, opts: SearchOptions) -> dict[str, Any]:

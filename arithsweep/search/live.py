@@ -25,9 +25,10 @@ def trial_dirname(trial) -> str:
 
 def trial_event(event: str, status: str, trial, result: dict | None = None) -> dict:
     last = result if result is not None else (trial.last_result or {})
+    # time_total_s: Tune's own clock of the trial, which the live view's CPU-hours add up
     return {"event": event, "trial_id": trial.trial_id, "status": status,
-            "params": last.get("params"), "best_em": last.get("best_em"),
-            "step": last.get("step"), "stop_reason": last.get("stop_reason")}
+            **{k: last.get(k) for k in ("params", "best_em", "step", "stop_reason",
+                                        "seeds_reached", "seeds_trained", "time_total_s")}}
 
 
 class LiveCallback(tune.Callback):
@@ -35,17 +36,20 @@ class LiveCallback(tune.Callback):
 
     def __init__(self, name: str) -> None:
         self._name = name
-        self._arch: dict[str, str] = {}  # trial id -> architecture label, computed once
+        self._setups: dict[str, tuple] = {}  # proposal id -> (label, params, seeds), once
 
-    def _emit(self, event: dict[str, Any], trial) -> None:
-        if trial.trial_id not in self._arch:
-            try:
+    def _emit(self, event: dict[str, Any], trial, j: int) -> None:
+        # A callback pickled by an older arithsweep has `_arch` (per Tune trial) instead.
+        setups = self.__dict__.setdefault("_setups", {})
+        pid = event["trial_id"]
+        if pid not in setups:
+            try:  # a pack member's own config: the pack's is not one model
                 from arithsweep.search.trial import build_trial
-                setup = build_trial(trial.config)
-                self._arch[trial.trial_id] = (setup.model_cfg.summary(), setup.params)
+                setup = build_trial(packs.proposals_of(trial.config or {})[j])
+                setups[pid] = (setup.model_cfg.summary(), setup.params, setup.train_cfg.seeds)
             except Exception:
-                self._arch[trial.trial_id] = ("invalid config", 0)
-        event["architecture"], params = self._arch[trial.trial_id]
+                setups[pid] = ("invalid config", 0, None)
+        event["architecture"], params, event["seeds"] = setups[pid]
         event["params"] = event.get("params") or params
         run_settings.emit(self._name, event)
 
@@ -61,7 +65,7 @@ class LiveCallback(tune.Callback):
                 continue  # this proposal had stopped before this report
             e = trial_event(event, status, trial, packs.proposal_result(whole, j, pack))
             e.update(trial_id=pid, tune_trial_id=trial.trial_id, **extra)
-            self._emit(e, trial)
+            self._emit(e, trial, j)
             out.append((pid, e))
         return out
 

@@ -1,7 +1,8 @@
-"""The settings of one search and the summary it returns, as validated dataclasses.
+"""The settings of one search (validated), its progress and the summary it returns.
 
-`SearchOptions` is what `arithsweep search` (or a Python caller) asks for; `SearchSummary` is
-what `run_search` returns and writes to `summary.json`. Torch-free and Ray-free.
+`SearchOptions` is what `arithsweep search` (or a Python caller) asks for; `SearchProgress` is
+what the live view is told while it runs; `SearchSummary` is what `run_search` returns and
+writes to `summary.json`. Torch-free and Ray-free.
 
     python -c "from arithsweep.search.options import SearchOptions; print(SearchOptions('add3'))"
 """
@@ -118,6 +119,21 @@ def resources_per_trial(opts: SearchOptions, cluster_gpus: float) -> tuple[float
     if proposals is None:
         proposals = GPU_PROPOSALS if whole_gpu else 1
     return float(gpus), int(proposals)
+
+
+@dataclass
+class SearchProgress:
+    """Where a running search stands, from what the driver knows: every event it feeds the
+    live view (`run_search(on_update=...)`) carries one, as a dict, under "search". Counts of
+    trained and running proposals are the events' own (one per proposal, with its status)."""
+
+    name: str
+    started: float  # time.time() when this run began (a resume: when it resumed)
+    time_budget: float  # seconds this run may take from `started` (0 = no limit)
+    cpus_per_trial: float  # what one Tune trial (a pack: all its proposals) holds
+    skipped: int = 0  # proposals told to Optuna untrained in this run
+    # the smallest verified model: params, exact_match (verified), entry_id, trial_id
+    incumbent: dict | None = None
 
 
 @dataclass
