@@ -37,6 +37,19 @@ STATE = "state"  # a trial checkpoint's training-state folder, beside best/
 RESUME_FROM = "resume_from"
 
 
+def restored_state(ckpt: Path) -> RunState | None:
+    """The state a trial restored from checkpoint folder `ckpt` continues: its own, or where
+    that folder is gone, the newest state among its trial's checkpoints. Tune keeps one
+    checkpoint (num_to_keep=1) and its experiment snapshot may name one it has since replaced
+    when the driver is killed between the two; the newer one is the trial's own later state."""
+    state = latest_state(ckpt / STATE) if ckpt.is_dir() else None
+    if state is not None:
+        return state
+    found = [s for s in (latest_state(d / STATE) for d in ckpt.parent.glob("checkpoint_*"))
+             if s is not None]
+    return max(found, key=lambda s: s.step, default=None)
+
+
 class TrialState:
     """Holds a trial's evaluation rows until the step's state is written, then reports them
     to Tune with one checkpoint (best models + state), or without one when none is due."""
@@ -54,11 +67,13 @@ class TrialState:
         ckpt = tune.get_checkpoint()
         try:
             if ckpt is not None:
+                if os.path.isdir(os.path.dirname(ckpt.path)):  # local storage
+                    return restored_state(Path(ckpt.path))
                 with ckpt.as_directory() as d:
                     return latest_state(Path(d) / STATE)
             src = config.get(RESUME_FROM)
-            return latest_state(Path(src) / STATE) if src else None
-        except ArithsweepError:  # another version's state: the trial trains from step 0
+            return restored_state(Path(src)) if src else None
+        except (ArithsweepError, OSError):  # another version's state: train from step 0
             return None
 
     def extra(self) -> dict[str, Any]:
