@@ -7,7 +7,13 @@ from arithsweep.search import run_settings
 from arithsweep.search.replay import REPLAY_OF, cut_near_misses, requeue
 from arithsweep.search.searcher import ConstrainedOptunaSearch
 from arithsweep.search.spaces import load_space
-from arithsweep.search.trial import SEEDS_OF, ProposalSizer, build_trial, seed_block
+from arithsweep.search.trial import (
+    RESUME_FROM,
+    SEEDS_OF,
+    ProposalSizer,
+    build_trial,
+    seed_block,
+)
 
 
 def _row(tid, params, best, reason="search deadline", number=0, **extra):
@@ -157,3 +163,24 @@ def test_a_restarted_trial_whose_optuna_trial_was_closed_does_not_end_the_search
         assert isinstance(search.suggest("u"), dict)
     finally:
         run_settings.unregister("x")
+
+
+def test_a_replay_continues_the_state_of_a_cut_trial_that_trained_alone(tmp_path):
+    """Its checkpoint folder goes with the replay (trial_state continues it mid-run); a
+    proposal cut inside a pack has no state of its own and is replayed from step 0."""
+    alone = _row("a", 51, 0.98, number=6, **{})
+    alone.update(pack_size=1, checkpoint=str(tmp_path / "checkpoint_000004" / "best"))
+    packed = _row("b.p1", 52, 0.97, number=7)
+    packed.update(pack_size=4, checkpoint=str(tmp_path / "checkpoint_000002" / "p1" / "best"))
+    cut = cut_near_misses([alone, packed], target=0.99, near_miss=0.25, incumbent=None)
+    assert [c[RESUME_FROM] for c in cut] == [str(tmp_path / "checkpoint_000004"), None]
+    url = f"sqlite:///{tmp_path / 'o.db'}"
+    import optuna
+
+    study = optuna.create_study(study_name="s", storage=url)
+    for _ in range(8):
+        study.add_trial(optuna.trial.create_trial(params={"x": 1.0}, values=[1.0],
+                        distributions={"x": optuna.distributions.FloatDistribution(0, 2)}))
+    requeue("s", url, cut)
+    waiting = [t for t in study.get_trials() if t.state.name == "WAITING"]
+    assert [t.user_attrs.get(RESUME_FROM) for t in waiting] == [cut[0][RESUME_FROM], None]

@@ -8,11 +8,13 @@ all 10^6 problems once trained to the end of its own schedule). A proposal is a 
 when the deadline stopped it, it is below the target by at most the search's `near_miss`, and
 it is smaller than the verified incumbent (else the bound would skip it anyway).
 
-`train()` cannot resume an optimiser mid-run, so a replay starts over: a new Optuna trial with
-the cut proposal's params and the user attribute `seeds_of` = the cut trial's number, which the
-trial turns into the cut trial's seed block (`trial.SEEDS_OF`). Training is deterministic on one
-device and thread count, so the replay retraces the cut curve and goes on past the cut; it gets
-the near-miss rounds and the polish like any proposal. Driver side only:
+A replay is a new Optuna trial with the cut proposal's params and the user attributes `seeds_of`
+= the cut trial's number, which the trial turns into the cut trial's seed block
+(`trial.SEEDS_OF`), and `resume_from` = the cut trial's last checkpoint folder, whose training
+state it continues from mid-run (`trial_state.RESUME_FROM`) when it trained alone; a proposal
+cut inside a pack has no state of its own, and its replay retraces the cut curve from step 0
+(training is deterministic on one device and thread count) and goes on past the cut. Either
+way it gets the near-miss rounds and the polish like any proposal. Driver side only:
 
     from arithsweep.search.replay import cut_near_misses
     cut_near_misses(summary["trials"], target=0.99, near_miss=0.25, incumbent=57)
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from arithsweep.search.run_settings import DEADLINE
-from arithsweep.search.trial import SEEDS_OF, seeds_trial
+from arithsweep.search.trial import RESUME_FROM, SEEDS_OF, seeds_trial
 
 # (a trial the user's Ctrl-C stopped is "search interrupted": Tune keeps it unfinished and
 # the resumed experiment restarts it with its own config, seeds included)
@@ -46,9 +48,11 @@ def cut_near_misses(rows: list[dict[str, Any]], target: float, near_miss: float,
                 or number is None or params <= 0 or best < target - near_miss
                 or (incumbent is not None and params >= incumbent)):
             continue
+        ckpt = r.get("checkpoint")
+        alone = int(r.get("pack_size") or 1) == 1 and ckpt
         out.append({"trial_id": r["trial_id"], "params": params, "best_em": best,
-                    "trial_number": int(number),
-                    SEEDS_OF: seeds_trial(config)})
+                    "trial_number": int(number), SEEDS_OF: seeds_trial(config),
+                    RESUME_FROM: str(Path(ckpt).parent) if alone else None})
     return sorted(out, key=lambda c: (-c["best_em"], c["params"]))
 
 
@@ -67,8 +71,10 @@ def requeue(study_name: str, storage_url: str, cut: list[dict[str, Any]]) -> lis
         original = by_number.get(c["trial_number"])
         if original is None or not original.params or c["trial_number"] in replayed:
             continue
-        study.enqueue_trial(dict(original.params),
-                            user_attrs={REPLAY_OF: c["trial_number"], SEEDS_OF: c[SEEDS_OF]})
+        attrs = {REPLAY_OF: c["trial_number"], SEEDS_OF: c[SEEDS_OF]}
+        if c.get(RESUME_FROM):
+            attrs[RESUME_FROM] = c[RESUME_FROM]
+        study.enqueue_trial(dict(original.params), user_attrs=attrs)
         done.append(str(c["trial_id"]))
     return done
 

@@ -41,7 +41,7 @@ from ray.tune.search.optuna import OptunaSearch
 
 from arithsweep.search import packs, run_settings
 from arithsweep.search.packs import PROPOSALS, TRIAL_NUMBER
-from arithsweep.search.trial import SEEDS_OF
+from arithsweep.search.trial import RESUME_FROM, SEEDS_OF
 from arithsweep.search.verdicts import constrain, tell_verified
 
 log = logging.getLogger(__name__)
@@ -51,9 +51,11 @@ MAX_SKIPS = 200  # proposals in a row above the bound before the space counts as
 
 def _numbers(ot_trial: optuna.Trial) -> dict[str, int]:
     """The config keys naming a proposal's Optuna trial and, for a replay of a proposal the
-    deadline cut (arithsweep.search.replay), the trial whose seeds it trains."""
-    seeds_of = ot_trial.user_attrs.get(SEEDS_OF)
-    return {TRIAL_NUMBER: ot_trial.number, **({} if seeds_of is None else {SEEDS_OF: seeds_of})}
+    deadline cut (arithsweep.search.replay), the trial whose seeds it trains and the
+    checkpoint whose training state it continues."""
+    attrs = ot_trial.user_attrs
+    return {TRIAL_NUMBER: ot_trial.number,
+            **{k: attrs[k] for k in (SEEDS_OF, RESUME_FROM) if attrs.get(k) is not None}}
 
 
 class ConstrainedOptunaSearch(OptunaSearch):

@@ -183,10 +183,11 @@ class _Trial:
             self.reason = ""
             if r == first and self.plateau_saved:
                 vars(self.plateau).update(self.plateau_saved)
-            ckpt = self.ts.checkpointing(cfg, lambda c=cfg: self._saved(c), resume=r == first)
-            result = train(self.setup.task, self.setup.model_cfg,
-                           replace(cfg, early_stop=False), on_eval=self._on_eval,
-                           on_step=self.ts.on_step, checkpoint=ckpt)
+            run_cfg = replace(cfg, early_stop=False)
+            ckpt = self.ts.checkpointing(cfg, lambda c=cfg: self._saved(c), resume=r == first,
+                                         model_cfg=self.setup.model_cfg, cfgs=[run_cfg])
+            result = train(self.setup.task, self.setup.model_cfg, run_cfg,
+                           on_eval=self._on_eval, on_step=self.ts.on_step, checkpoint=ckpt)
             self.ts.flush()
             if r == first and not self.reason and result.history:  # a finished state, replayed
                 self.reason = _saved_reason(ckpt)
@@ -270,7 +271,9 @@ class _Pack:
                                   "plateaus": [vars(p) for p in self.plateaus]}}
         results = train_population(self.setups[0].task, self.setups[0].model_cfg, cfgs,
                                    on_eval=self._on_eval, on_step=self.ts.on_step,
-                                   checkpoint=self.ts.checkpointing(cfgs[0], extra))
+                                   checkpoint=self.ts.checkpointing(
+                                       cfgs[0], extra, model_cfg=self.setups[0].model_cfg,
+                                       cfgs=cfgs))
         self.ts.flush()
         self.ts.close()
         row = self._row({"done": 1, "stop_reason": "pack done", "rounds": 1,

@@ -27,6 +27,8 @@ SEED_SCHEME = 2  # written into a new search's constants: see seed_block
 # A replay of a proposal the search deadline cut (arithsweep.search.replay) trains the seed
 # block of the trial it replays, named by this config key, instead of its own
 SEEDS_OF = "seeds_of"
+# ... and continues the cut trial's training state from this checkpoint folder (trial_state)
+RESUME_FROM = "resume_from"
 
 
 @dataclass

@@ -29,12 +29,10 @@ from typing import Any
 from ray import tune
 
 from arithsweep.core.errors import ArithsweepError
-from arithsweep.core.training.resume import Checkpointing, RunState, latest_state
+from arithsweep.core.training.resume import Checkpointing, RunState, latest_state, same_run
+from arithsweep.search.trial import RESUME_FROM
 
 STATE = "state"  # a trial checkpoint's training-state folder, beside best/
-# trial config key of a replay (search.replay): the cut trial's checkpoint folder, whose state
-# the replay continues when the shapes agree
-RESUME_FROM = "resume_from"
 
 
 def restored_state(ckpt: Path) -> RunState | None:
@@ -81,10 +79,15 @@ class TrialState:
         return dict(self.restored.doc.get("extra", {})) if self.restored else {}
 
     def checkpointing(self, cfg: Any, extra: Callable[[], dict[str, Any]],
-                      resume: bool = True) -> Checkpointing:
-        """For one train() call; the restored state goes to the first call that takes it."""
+                      resume: bool = True, model_cfg: Any = None,
+                      cfgs: list[Any] | None = None) -> Checkpointing:
+        """For one train() call; the restored state goes to the first call that takes it. A
+        state written for other configs (a replay's cut trial trained in a pack, a space
+        edited since) is dropped: that call trains from step 0."""
         state = self.restored if resume else None
         self.restored = None if resume else self.restored
+        if state is not None and model_cfg is not None and not same_run(state, model_cfg, cfgs):
+            state = None
         return Checkpointing(self.dir / STATE, cfg.checkpoint_every, cfg.checkpoint_seconds,
                              align=cfg.eval_every, extra=extra, on_save=self._on_save,
                              want=lambda _step: self.improved, resume=state)

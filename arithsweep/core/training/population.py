@@ -40,6 +40,7 @@ from arithsweep.core.training.resume import (
     Checkpointing,
     generator_state,
     prefixed,
+    same_run,
     set_generator,
     sub,
     write_state,
@@ -312,8 +313,7 @@ class _PackRun:
 
     @torch.no_grad()
     def load(self, t: dict[str, torch.Tensor], doc: dict) -> None:
-        mine = ([c.to_dict() for c in self.cfgs], self.model_cfg.to_dict())
-        if (_comparable(doc["train"]), doc["model"]) != (_comparable(mine[0]), mine[1]):
+        if not same_run(self.ckpt.resume, self.model_cfg, self.cfgs):
             raise ConfigError("the training state to resume was written for another model or "
                               "train config than this run's")
         for name, p in self.model.named_parameters():
@@ -336,11 +336,6 @@ class _PackRun:
         self.step, self.loss_n, self.filtered = int(doc["step"]), doc["loss_n"], doc["filtered"]
         self.elapsed0, self.outside, self.finished = doc["elapsed"], doc["outside"], \
             doc["finished"]
-
-
-def _comparable(train_dicts: list[dict]) -> list[dict]:
-    """Train configs less the fields that only say when states are written."""
-    return [{k: v for k, v in d.items() if not k.startswith("checkpoint_")} for d in train_dicts]
 
 
 def _evaluate(j: int, cfg: TrainConfig, result: T.TrainResult, step: int, failed: list[bool],

@@ -160,6 +160,18 @@ def _check_doc(path: Path, doc: dict[str, Any]) -> None:
                               f"the version that started it")
 
 
+def comparable(train_dicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Train configs less the fields that only say when states are written."""
+    return [{k: v for k, v in d.items() if not k.startswith("checkpoint_")} for d in train_dicts]
+
+
+def same_run(state: RunState, model_cfg: Any, cfgs: list[Any]) -> bool:
+    """Was `state` written by a run of this model config and these train configs?"""
+    return (state.doc.get("model") == model_cfg.to_dict()
+            and comparable(state.doc.get("train") or []) == comparable(
+                [c.to_dict() for c in cfgs]))
+
+
 def generator_state(gen: torch.Generator) -> torch.Tensor:
     return gen.get_state().clone()  # (n,) uint8
 
