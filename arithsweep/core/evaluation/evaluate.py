@@ -133,11 +133,11 @@ def score(
 @torch.inference_mode()
 def exact_match(
     model: torch.nn.Module, task: Task, a, b: torch.Tensor | None = None,
-    op: torch.Tensor | None = None, chunk: int | None = None,
+    op: torch.Tensor | None = None, chunk: int | None = None, forward: Forward | None = None,
 ) -> torch.Tensor:
     """Which problems each member gets exactly right: bool (K, N), teacher-forced. `a` may be
-    an EvalSet (then b and op are not given)."""
-    return _passes(model, EvalSet.of(model, task, a, b, op), chunk, False)[0].cpu()
+    an EvalSet (then b and op are not given). `forward`: as for `score` (the tiny kernel)."""
+    return _passes(model, EvalSet.of(model, task, a, b, op), chunk, False, forward)[0].cpu()
 
 
 def position_accuracy(
