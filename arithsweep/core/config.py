@@ -57,15 +57,16 @@ NORMS = ("layer", "rms", "none")
 ABACUS_POSITIONS = ("abacus", "abacus_rope", "abacus_bias")
 POSITIONS = ("learned", "sinusoidal", "rope", *ABACUS_POSITIONS, "digit_index", "none")
 EMBEDS = ("table", "arc")
-QK_NORMS = ("none", "head", "shared")
+QK_NORMS = ("none", "head", "shared", "scalar")
+NORM_WEIGHTS = ("vector", "scalar")
 ROPE_PAIRS = ("split", "interleaved")
 TIE_K = ("none", "q", "scaled", "rotated")
-MLP_DOWN = ("own", "up_t", "up_t_rot", "head")
+MLP_DOWN = ("own", "up_t", "up_t_rot", "up_t_scaled", "head")
 # ModelConfig's word-valued fields and their words (search spaces check a value against these
 # alone: whether it fits the other fields is the whole config's business)
 MODEL_WORDS = {"activation": ACTIVATIONS, "norm": NORMS, "pos": POSITIONS, "embed": EMBEDS,
                "qk_norm": QK_NORMS, "rope_pairs": ROPE_PAIRS, "tie_k": TIE_K,
-               "mlp_down": MLP_DOWN}
+               "mlp_down": MLP_DOWN, "norm_weight": NORM_WEIGHTS}
 
 
 @dataclass
@@ -115,14 +116,22 @@ class ModelConfig(DictConfig):
     abacus_offset: int = 0
     n_loops: int = 1  # times the layer stack is applied with shared weights (looped transformer)
     input_injection: bool = True  # re-add the input embedding before each loop after the first
+    # each loop after the first moves the stream h only part of the way to what the loop makes
+    # of it, by one learned number m (starts at 0: the model starts as its single pass):
+    # h <- h + m * (loop(h) - h). lokimorty's 39 p: n_loops 2, no input injection ("repeat-mix")
+    loop_mix: bool = False
     rank: int = 0  # low-rank factorisation W = A @ B of attention/MLP projections; 0 = full rank
     tie_kv: bool = False  # keys and values share one projection (needs d_head == d_vhead)
     # ---- frontier options (reference/frontier-architectures.md; README "Model family").
     # Every weight the forward pass uses is owned (trainable, counted) or derived from owned
     # ones (core/model/weights.py); each option below names what it derives and what it saves.
     n_kv_heads: int | None = None  # K/V heads shared by groups of query heads (GQA); None = n_heads
+    # norm gains: vector (d numbers a norm) | scalar (one number times ones, 1 instead of d; a
+    # LayerNorm's bias stays a vector). Every norm site, QK-norm aside (qk_norm: scalar)
+    norm_weight: str = "vector"
     qk_norm: str = "none"  # none | head: RMSNorm of every q and k head before RoPE, own weights
-    #   for q and k (2 * d_head) | shared: one d_head weight for both
+    #   for q and k (2 * d_head) | shared: one d_head weight for both | scalar: one number times
+    #   qk_norm_pattern for both (1 number)
     # which q/k coordinates RoPE (and tie_k: rotated) turns together: split (i, i + d_head/2)
     # | interleaved (2i, 2i+1)
     rope_pairs: str = "split"
@@ -142,12 +151,24 @@ class ModelConfig(DictConfig):
     # only with rope); None = a unit clock of the ten digits from a random start (MicroAdder
     # starts all seeds at [2.5, -1.2, 0.29])
     arc_init: list | None = None
+    # std of every normally drawn weight (tables and projections) in place of the scaled
+    # defaults (1/sqrt(fan_in), tables 1/sqrt(d)): tbukic's small-model recipe draws N(0, 0.02)
+    init_std: float | None = None
     d_embed: int | None = None  # token part of the stream: its first d_embed dims; None = all
     split_positions: bool = False  # positions live only in the dims after d_embed (MicroAdder)
     v_from_tokens: bool = False  # V reads only the token part (the first d_embed dims)
     # own | up_t: down = up^T | up_t_rot: up^T with its d_ff pairs turned by one learned angle
+    # | up_t_scaled: up^T with each hidden unit's row times its own number (d_ff numbers;
+    # lokimorty's 39 p) | head (see unembed_head)
     mlp_down: str = "own"
     tie_gate: bool = False  # swiglu gate = a * up (1 number instead of d_model * d_ff)
+    # qk_norm scalar's weight is one learned number a times this fixed pattern of d_head numbers
+    # (None = ones), for q and k; read only with qk_norm: scalar, as arc_init only with embed:
+    # arc. lokimorty's 39 p: the "anti-quarter" [1, 0.25, 0, -1]
+    qk_norm_pattern: list | None = None
+    # Q and K (and K = V) read only the token part, the first d_embed dims (lokimorty's 39 p:
+    # the arc's plane, 4 x 2 numbers each instead of 4 x 3); O = Q^T then writes only there
+    qk_from_tokens: bool = False
     # digit_index positions (fixed, counted 0): a digit's place inside its number as a fixed
     # pattern (cos, sin of 2 pi place / 10, then a ramp), one char per position: 0-9 a-z a
     # digit's place, '.' a slot with no position, A-Z a slot with a learned row (shared by equal
@@ -186,7 +207,8 @@ class ModelConfig(DictConfig):
         for name in ("norm_bias", "final_norm", "share_norms", "attn_bias", "mlp_bias",
                      "unembed_bias", "tie_embeddings", "input_injection", "tie_kv", "tie_v",
                      "tie_o", "split_positions", "v_from_tokens", "tie_gate",
-                     "qk_from_positions", "unembed_head", "v_from_head", "place_learned"):
+                     "qk_from_positions", "unembed_head", "v_from_head", "place_learned",
+                     "loop_mix", "qk_from_tokens"):
             need(isinstance(getattr(self, name), bool), name, "must be true or false")
         need(isinstance(self.abacus_max, int) and not isinstance(self.abacus_max, bool),
              "abacus_max", "must be a whole number >= 2")
@@ -194,6 +216,10 @@ class ModelConfig(DictConfig):
              and math.isfinite(self.rope_base), "rope_base", "must be a finite number")
         for name, allowed in MODEL_WORDS.items():
             need(getattr(self, name) in allowed, name, f"must be one of {', '.join(allowed)}")
+        if self.init_std is not None:
+            need(isinstance(self.init_std, (int, float)) and not isinstance(self.init_std, bool)
+                 and 0 < self.init_std < 10, "init_std", "must be a number in (0, 10) or null")
+            self.init_std = float(self.init_std)
         if self.arc_init is not None:
             need(isinstance(self.arc_init, (list, tuple)) and len(self.arc_init) == 3
                  and all(isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -367,6 +393,23 @@ class TrainConfig(DictConfig):
     # fixed TRAINING-split problems (staghado's 122 p: 2,048); 0 = off
     lbfgs_steps: int = 0
     lbfgs_pool: int = 2048
+    # Finishers for near misses (core/training/finish.py), after training, on the best member
+    # when it misses the target (`train`; a search trial from 95% up): 95-99% models are
+    # finished this way, not by more steps. Each is kept only if held-out exact match does not
+    # fall (fine-tuning) or rises (CMA-ES); both see only the TRAINING split.
+    # Targeted fine-tuning: up to finish_rounds rounds (0 = off) of finish_steps AdamW steps
+    # (no decay) at finish_lr on batches of the member's errors among finish_pool fixed
+    # training-split problems, padded with fresh training problems to batch_size; the errors
+    # are mined again each round, until none is left (tbukic's 36 p: 2 rounds, 70 pairs, 1e-4).
+    finish_rounds: int = 0
+    finish_steps: int = 200
+    finish_lr: float = 1e-4
+    finish_pool: int = 10_000
+    # CMA-ES polish of the whole weight vector (models of at most 128 numbers): this many
+    # candidate evaluations (0 = off) from step size finish_cmaes_sigma, scored on the same
+    # pool (the 49-p claim: sigma 5e-4, 97.4% -> 100%)
+    finish_cmaes_evals: int = 0
+    finish_cmaes_sigma: float = 5e-4
     eval_every: int = 100  # steps between exact-match evaluations
     eval_size: int = 4096  # held-out problems per evaluation (disjoint from the training stream)
     target: float = 0.99  # early stop once any seed reaches this exact match
@@ -449,6 +492,14 @@ class TrainConfig(DictConfig):
             self.phases = check_phases(self.phases)
         whole("lbfgs_steps", 0)
         whole("lbfgs_pool", 1)
+        for f in ("finish_rounds", "finish_cmaes_evals"):
+            whole(f, 0)
+        whole("finish_steps", 1)
+        whole("finish_pool", 1)
+        for f in ("finish_lr", "finish_cmaes_sigma"):
+            v = getattr(self, f)
+            need(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                 and v > 0, f, "must be a finite number > 0")
 
     @property
     def main_steps(self) -> int:

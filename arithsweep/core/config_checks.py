@@ -9,6 +9,7 @@ Kept beside `arithsweep.core.config` (which calls them from its `__post_init__`s
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from arithsweep.core.errors import ConfigError
@@ -79,6 +80,31 @@ def check_frontier(cfg, need) -> None:
         need(cfg.d_ff % 2 == 0, "mlp_down", f"up_t_rot needs an even d_ff (got {cfg.d_ff})")
     if cfg.tie_gate:
         need(cfg.activation == "swiglu", "tie_gate", "needs activation swiglu")
+    if cfg.norm_weight == "scalar":
+        need(cfg.norm != "none", "norm_weight", "scalar needs a norm (norm layer or rms)")
+    if cfg.loop_mix:
+        need(cfg.n_loops >= 2, "loop_mix", f"needs n_loops >= 2 (got {cfg.n_loops})")
+    if cfg.qk_from_tokens:
+        need(cfg.tok_dims < cfg.d_model, "qk_from_tokens",
+             "needs d_embed < d_model (Q and K read the first d_embed dims)")
+        need(not cfg.qk_from_positions, "qk_from_tokens",
+             "Q and K read the tokens or the positions, not both: drop qk_from_positions")
+    if cfg.qk_norm_pattern is not None:
+        cfg.qk_norm_pattern = _pattern(cfg, need)
+
+
+def _pattern(cfg, need) -> list[float]:
+    """qk_norm_pattern as floats: a list of finite numbers, d_head of them with qk_norm scalar
+    (the only mode that reads it: a space may fix it beside a searched qk_norm)."""
+    p = cfg.qk_norm_pattern
+    need(isinstance(p, (list, tuple)) and len(p) > 0 and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        for v in p), "qk_norm_pattern",
+         "must be a list of numbers, one per q/k coordinate, e.g. [1, 0.25, 0, -1] (or null)")
+    if cfg.qk_norm == "scalar":
+        need(len(p) == cfg.qk_head, "qk_norm_pattern",
+             f"needs d_head={cfg.qk_head} numbers (got {len(p)})")
+    return [float(v) for v in p]
 
 
 def frontier_labels(cfg) -> list[str]:
@@ -86,8 +112,14 @@ def frontier_labels(cfg) -> list[str]:
     out = []
     if cfg.n_kv_heads is not None and cfg.n_kv_heads != cfg.n_heads:
         out.append(f"kv{cfg.n_kv_heads}")
-    if cfg.qk_norm != "none":
+    if cfg.qk_norm == "scalar" and cfg.qk_norm_pattern is not None:
+        out.append("qkn-a*" + ",".join(f"{v:g}" for v in cfg.qk_norm_pattern))
+    elif cfg.qk_norm != "none":
         out.append(f"qkn-{cfg.qk_norm}")
+    if cfg.norm_weight == "scalar":
+        out.append("norm-scalar")
+    if cfg.loop_mix:
+        out.append("loop-mix")
     if cfg.pos == "rope" and cfg.rope_pairs != "split":
         out.append("rope-il")
     if cfg.tie_k != "none":
@@ -107,6 +139,7 @@ def frontier_labels(cfg) -> list[str]:
     if cfg.mlp_down != "own":
         out.append(f"down={cfg.mlp_down}")
     out += [lab for on, lab in ((cfg.qk_from_positions, "qk<-pos"),
+                                (cfg.qk_from_tokens, "qk<-tok"),
                                 (cfg.unembed_head, "head"), (cfg.v_from_head, "v=headT"),
                                 (cfg.place_learned, "places-learned"))
             if on]

@@ -26,22 +26,27 @@ def _table(k: int, *shape: int) -> nn.Parameter:
 
 
 class _Proj(nn.Module):
-    """A (K, d_in, d_out) projection, optionally low rank (W = A @ B) and with a bias."""
+    """A (K, d_in, d_out) projection, optionally low rank (W = A @ B) and with a bias.
 
-    def __init__(self, k: int, d_in: int, d_out: int, rank: int, bias: bool) -> None:
+    `pad` (before, after): the projection reads only part of the stream, and `matrix_t` adds
+    that many zero input columns on each side, so every reader (the fused q/k/v bmm, the tiny
+    layout) multiplies the whole stream and never learns which part was read."""
+
+    def __init__(self, k: int, d_in: int, d_out: int, rank: int, bias: bool,
+                 pad: tuple[int, int] = (0, 0)) -> None:
         super().__init__()
-        self.low_rank = rank > 0
+        self.low_rank, self.pad = rank > 0, pad
         if self.low_rank:
             self.A, self.B = _table(k, d_in, rank), _table(k, rank, d_out)
         else:
             self.weight = _table(k, d_in, d_out)
         self.bias = _table(k, d_out) if bias else None
 
-    def matrix_t(self) -> Tensor:  # W^T (K, d_out, d_in)
+    def matrix_t(self) -> Tensor:  # W^T (K, d_out, pad[0] + d_in + pad[1])
         # Forming W from its factors costs d_in*r*d_out per member, far below one batch's x @ A,
         # and keeps one big bmm per projection (and lets q/k/v fuse) whatever the rank.
         w = torch.bmm(self.A, self.B) if self.low_rank else self.weight
-        return w.transpose(1, 2)
+        return F.pad(w.transpose(1, 2), self.pad) if any(self.pad) else w.transpose(1, 2)
 
 
 class _CausalAttention(torch.autograd.Function):
@@ -134,8 +139,36 @@ class _Norm(nn.Module):
         return _project(y, wt * self.weight.unsqueeze(1), b)
 
 
+class _ScalarNorm(_Norm):
+    """A norm whose gain is one learned number times ones (norm_weight: scalar): owns `gain`
+    (K, 1) and derives `weight` (K, d) from it, so every reader of `weight` (the folded
+    projection above, the tiny layout) sees the usual vector and autograd sums its gradient
+    back into the one number."""
+
+    def __init__(self, k: int, d: int, kind: str, bias: bool) -> None:
+        nn.Module.__init__(self)  # not _Norm's: `weight` is derived here, never owned
+        self.kind, self.d = kind, d
+        self.gain = nn.Parameter(torch.empty(k, 1))
+        self.bias = nn.Parameter(torch.empty(k, d)) if kind == "layer" and bias else None
+
+    @property
+    def weight(self) -> Tensor:  # (K, d)
+        return self.gain.expand(-1, self.d)
+
+
 def _normed(norm: _Norm | None, x: Tensor, wt: Tensor, b: Tensor | None) -> Tensor:
     return _project(x, wt, b) if norm is None else norm.project(x, wt, b)
+
+
+def blend(h: Tensor, y: Tensor, m: Tensor, B: int) -> Tensor:
+    """loop_mix: h + m (y - h), the stream `h` entering a loop (K, d, B*T) moved by the learned
+    m (K, 1) towards the loop's output y (K, d, B*Tq); on y's positions, which are the last Tq
+    of each sequence when the last block computed only the answer rows."""
+    K, d, N = h.shape
+    if (Nq := y.shape[2]) != N:
+        T, Tq = N // B, Nq // B
+        h = h.view(K, d, B, T)[..., T - Tq:].reshape(K, d, Nq)
+    return h + m.view(K, 1, 1) * (y - h)
 
 
 def qk_normed(x: Tensor, w: Tensor, k: int) -> Tensor:

@@ -4,8 +4,10 @@
 *population* of K independent models of that architecture (every weight has a leading K dim)
 so that K seeds train at the cost of about one; `count_params` counts the unique trainable
 values of one member after tying (fixed encodings count zero). The frontier options' ties
-(K, V, O from Q, an arc embedding, MLP ties, split token/position parts) are owned or derived
-weights built in `core/model/weights.py`; layer primitives are in `core/model/layers.py`.
+(K, V, O from Q, an arc embedding, MLP ties, split token/position parts, one-number norms and
+QK-norms) are owned or derived weights built in `core/model/weights.py`, which also draws
+the init; layer primitives are in `core/model/layers.py`. A looped stack may blend each loop
+after the first into the stream by one learned number (`loop_mix`, `layers.blend`).
 
     from arithsweep.core.model.model import ArithTransformer, ModelConfig, count_params
     model = ArithTransformer(ModelConfig(vocab_size=14, n_ctx=35), k=4, seeds=[0, 1, 2, 3])
@@ -30,11 +32,11 @@ from arithsweep.core.config import ABACUS_POSITIONS, ACTIVATIONS, NORMS, POSITIO
 from arithsweep.core.errors import CheckpointError
 from arithsweep.core.model.layers import (
     _lookup,
-    _Norm,
     _normed,
     _table,
     attend,
     biased_attention,
+    blend,
     index_turns,
     place_bias,
     place_gaps,
@@ -45,10 +47,11 @@ from arithsweep.core.model.weights import (
     abacus_indices,
     attn_biases,
     attn_weights,
-    init_special,
+    init_member,
     make_attn_params,
     make_embed_params,
     make_mlp_params,
+    make_norm,
     mlp_weights,
     o_bias,
     place_pattern,
@@ -67,11 +70,10 @@ N_DIGITS = 10  # token ids 0..9 are the digits (abacus positions count runs of t
 class _Block(nn.Module):
     def __init__(self, cfg: ModelConfig, k: int) -> None:
         super().__init__()
-        d, nb = cfg.d_model, cfg.norm_bias
         own_norms = cfg.norm != "none" and not cfg.share_norms
-        self.norm1 = _Norm(k, d, cfg.norm, nb) if own_norms else None
+        self.norm1 = make_norm(cfg, k) if own_norms else None
         self.attn = make_attn_params(cfg, k)  # owned parts only: ties derive the rest
-        self.norm2 = _Norm(k, d, cfg.norm, nb) if own_norms and cfg.d_ff else None
+        self.norm2 = make_norm(cfg, k) if own_norms and cfg.d_ff else None
         self.mlp = make_mlp_params(cfg, k)
 
 
@@ -120,9 +122,12 @@ class ArithTransformer(nn.Module):
         self.layers = nn.ModuleList(_Block(cfg, k) for _ in range(cfg.n_layers))
         self.shared_norm = self.final_norm = None
         if cfg.norm != "none" and cfg.share_norms:
-            self.shared_norm = _Norm(k, d, cfg.norm, cfg.norm_bias)
+            self.shared_norm = make_norm(cfg, k)
         elif cfg.norm != "none" and cfg.final_norm:
-            self.final_norm = _Norm(k, d, cfg.norm, cfg.norm_bias)
+            self.final_norm = make_norm(cfg, k)
+        if cfg.loop_mix:  # m (K, 1): how far each loop after the first moves the stream
+            self.loop = nn.Module()
+            self.loop.mix = _table(k, 1)
         if not cfg.tie_embeddings or cfg.unembed_bias:
             self.unembed = nn.Module()
             self.unembed.weight = None if cfg.tie_embeddings else _table(k, d, V)
@@ -150,33 +155,7 @@ class ArithTransformer(nn.Module):
         gens = ([torch.Generator().manual_seed(int(s)) for s in seeds] if seeds is not None
                 else [generator] * k)
         for i, g in enumerate(gens):
-            self._init_member(i, g)
-
-    # ---------------------------------------------------------------------------- init
-    @torch.no_grad()
-    def _init_member(self, i: int, gen: torch.Generator | None) -> None:
-        """Norm weights 1, biases 0, tables and projections normal. Drawn on the CPU in
-        named_parameters order, so member i depends only on its generator (not K or device).
-
-        Tables (embed, pos, abacus, unembed) get std 1/sqrt(d): unit-norm rows, so tied logits
-        (a normed residual dotted with a row) start with std ~1 whatever d is. Projections get
-        1/sqrt(fan_in), which keeps activations O(1) at tiny widths (GPT-2's flat 0.02 trained
-        clearly worse in a 4-seed 3-digit-addition check at d=16); W = A @ B gets 1/sqrt(d_in)
-        and 1/sqrt(r) so W has the full-rank variance; writes into the residual stream (o, down)
-        are scaled by 1/sqrt(2 * depth), as in GPT-2, with depth counting loops."""
-        cfg = self.cfg
-        for name, p in self.named_parameters():
-            shape, parts = tuple(p.shape[1:]), name.split(".")
-            if name.endswith(".bias") or "norm" in name:
-                p[i].fill_(0.0 if name.endswith(".bias") else 1.0)
-                continue
-            if init_special(name, p, i, gen, cfg):
-                continue
-            tables = ("embed", "pos", "abacus", "unembed", "slots")
-            std = cfg.d_model ** -0.5 if parts[0] in tables else shape[0] ** -0.5
-            if parts[-2] in ("o", "down") and parts[-1] != "A":
-                std /= math.sqrt(2 * cfg.n_layers * cfg.n_loops)
-            p[i].copy_(torch.empty(shape).normal_(0.0, std, generator=gen))
+            init_member(self, i, g)
 
     # ---------------------------------------------------------------------------- forward
     def forward(self, tokens: Tensor, from_pos: int = 0,
@@ -216,6 +195,7 @@ class ArithTransformer(nn.Module):
         # of that block's attention and MLP work; add10: 32 positions, 11 needed).
         last_call = (cfg.n_loops - 1, len(self.layers) - 1) if cap is None else None
         for loop in range(cfg.n_loops):
+            h = x  # (K, d, B*T): the stream this loop starts from, which loop_mix blends with
             if loop and cfg.input_injection:
                 x = x + x0
             for j, blk in enumerate(self.layers):
@@ -223,6 +203,10 @@ class ArithTransformer(nn.Module):
                 x = self._block(blk, x, B, T, q_from, place)
                 if cap is not None:
                     cap["resid"].append(x.detach().view(K, d, B, T).norm(dim=1))
+            if loop and cfg.loop_mix:
+                x = blend(h, x, self.loop.mix, B)
+                if cap is not None:  # the loop's last entry is the stream after the blend
+                    cap["resid"][-1] = x.detach().view(K, d, B, T).norm(dim=1)
         # unembedding W^T is the embedding itself when tied: (K, V, d)
         wt = emb if cfg.tie_embeddings else self.unembed.weight.transpose(1, 2)
         if cfg.unembed_head:  # logits = E_tok P^T norm(x): one (K, V, d) matrix

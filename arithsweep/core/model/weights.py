@@ -2,12 +2,16 @@
 
 Every weight the forward pass uses is either *owned* (a trainable (K, ...) tensor, counted by
 `count_params`) or *derived* from owned ones by a fixed rule: K = Q, K = a Q, K = Q turned by
-one angle, V = Q, O = Q^T, gate = a * up, down = up^T (optionally turned by one angle), a token
-table generated from three numbers on an arc, a token or position part narrower than the
-stream. `make_attn_params` and `make_mlp_params` create only the owned tensors a `ModelConfig`
-asks for; the `*_weights` functions return the matrices the forward pass multiplies by, all as W^T
-(K, d_out, d_in) like `layers._Proj.matrix_t`, so ties cost nothing in the hot loop but a few
-tiny d x d ops per step. `tests/test_frontier.py` pins each rule and each count.
+one angle, V = Q, O = Q^T, gate = a * up, down = up^T (optionally turned by one angle or scaled
+per hidden unit), a token table generated from three numbers on an arc, a token or position
+part narrower than the stream, a norm's gain or the QK-norm weight from one number (times a
+fixed pattern). `make_attn_params`, `make_mlp_params` and `make_norm` create only the owned
+tensors a `ModelConfig` asks for; the `*_weights` functions return the matrices the forward
+pass multiplies by, all as W^T (K, d_out, d_in) like `layers._Proj.matrix_t`, so ties cost
+nothing in the hot loop but a few tiny d x d ops per step; a derived vector that readers take
+by attribute (a norm's `weight`, `qk_norm`) is a property of its module. `init_member` draws
+every member's start. `tests/test_frontier.py` and `tests/test_model_options.py` pin each rule
+and each count.
 
     python -c "from arithsweep.core.model.model import ModelConfig, count_params; \\
         print(count_params(ModelConfig(vocab_size=10, n_ctx=34, d_model=3, d_head=4, \\
@@ -22,25 +26,52 @@ import torch
 from torch import Tensor, nn
 
 from arithsweep.core.config import ModelConfig
-from arithsweep.core.model.layers import _Proj, _table, abacus_index
+from arithsweep.core.model.layers import _Norm, _Proj, _ScalarNorm, _table, abacus_index
 
 N_DIGITS = 10  # token ids 0..9 are the digits
 # digit_index's fixed spiral (MicroAdder's frozen one): clock radius and ramp per place
 PLACE_RADIUS, PLACE_SLOPE = 3.5, 0.15
 
 
+class _PatternQKNorm(nn.Module):
+    """Attention tensors whose QK-norm weight is derived (qk_norm: scalar): one owned number
+    `qk_norm_scale` (K, 1) times the fixed pattern (qk,), read as `qk_norm` (K, qk) by the
+    forward pass and the tiny layout alike, as qk_norm: shared's owned vector is read."""
+
+    def __init__(self, k: int, pattern: list[float] | None, qk: int) -> None:
+        super().__init__()
+        self.qk_norm_scale = _table(k, 1)
+        self.register_buffer("qk_pattern", torch.tensor(pattern) if pattern is not None
+                             else torch.ones(qk), persistent=False)
+
+    @property
+    def qk_norm(self) -> Tensor:  # (K, 1) * (qk,) -> (K, qk)
+        return self.qk_norm_scale * self.qk_pattern
+
+
+def make_norm(cfg: ModelConfig, k: int) -> _Norm:
+    """One norm site's owned gain (d numbers, or one with norm_weight: scalar) and bias."""
+    cls = _ScalarNorm if cfg.norm_weight == "scalar" else _Norm
+    return cls(k, cfg.d_model, cfg.norm, cfg.norm_bias)
+
+
 def make_attn_params(cfg: ModelConfig, k: int) -> nn.Module:
     """The owned attention tensors of one block (q, k, v, o, QK-norm weights, tie numbers)."""
-    d, H, Hkv = cfg.d_model, cfg.n_heads, cfg.kv_heads
+    d, H, Hkv, tok = cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.tok_dims
     qk, vh, ab = cfg.qk_head, cfg.v_head, cfg.attn_bias
-    a = nn.Module()
-    d_qk = d - cfg.tok_dims if cfg.qk_from_positions else d  # what Q and K read
-    a.q = _Proj(k, d_qk, H * qk, cfg.rank_of("q"), ab)
+    a = _PatternQKNorm(k, cfg.qk_norm_pattern, qk) if cfg.qk_norm == "scalar" else nn.Module()
+    # what Q and K read: d_qk dims of the stream, after pad[0] and before pad[1] unread ones
+    d_qk, pad = d, (0, 0)
+    if cfg.qk_from_positions:
+        d_qk, pad = d - tok, (tok, 0)
+    elif cfg.qk_from_tokens:
+        d_qk, pad = tok, (0, d - tok)
+    a.q = _Proj(k, d_qk, H * qk, cfg.rank_of("q"), ab, pad)
     if cfg.tie_kv:
-        a.kv = _Proj(k, d, Hkv * qk, cfg.rank_of("k"), ab)
+        a.kv = _Proj(k, d_qk, Hkv * qk, cfg.rank_of("k"), ab, pad)
     else:
         if cfg.tie_k == "none":
-            a.k = _Proj(k, d_qk, Hkv * qk, cfg.rank_of("k"), ab)
+            a.k = _Proj(k, d_qk, Hkv * qk, cfg.rank_of("k"), ab, pad)
         elif cfg.tie_k == "scaled":
             a.k_scale = _table(k, 1)
         elif cfg.tie_k == "rotated":
@@ -75,6 +106,8 @@ def make_mlp_params(cfg: ModelConfig, k: int) -> nn.Module | None:
         m.down = _Proj(k, ff, d, r, mb)
     elif cfg.mlp_down == "up_t_rot":
         m.down_angle = _table(k, 1)
+    elif cfg.mlp_down == "up_t_scaled":
+        m.down_scale = _table(k, ff)
     return m
 
 
@@ -101,21 +134,17 @@ def turn_pairs(w: Tensor, angle: Tensor, dim: int, width: int, interleaved: bool
     return torch.stack([a * c - b * s, a * s + b * c], pair_dim).reshape(shape)
 
 
-def _on_positions(w: Tensor, cfg: ModelConfig) -> Tensor:  # (K, out, d_pos) -> (K, out, d)
-    return nn.functional.pad(w, (cfg.tok_dims, 0)) if cfg.qk_from_positions else w
-
-
 def attn_weights(a: nn.Module, cfg: ModelConfig, head: Tensor | None = None,
                  ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor]:
     """(Wq^T, Wk^T, Wv^T, Wo^T), each (K, d_out, d_in); Wk^T and Wv^T are None with tie_kv
     (the caller uses the one `kv` projection for both). `head`: the unembedding head P
     (K, d, d_embed), which v_from_head reuses."""
-    wq = _on_positions(a.q.matrix_t(), cfg)  # (K, H*qk, d)
+    wq = a.q.matrix_t()  # (K, H*qk, d)
     if cfg.tie_kv:
         wk = wv = None
     else:
         if cfg.tie_k == "none":
-            wk = _on_positions(a.k.matrix_t(), cfg)
+            wk = a.k.matrix_t()
         elif cfg.tie_k == "q":
             wk = wq
         elif cfg.tie_k == "scaled":
@@ -165,6 +194,8 @@ def mlp_weights(m: nn.Module, cfg: ModelConfig, head: Tensor | None = None,
         wd = wu.transpose(1, 2)  # down = up^T: W_down^T = W_up, (K, d, ff)
         if cfg.mlp_down == "up_t_rot":
             wd = turn_pairs(wd, m.down_angle, 2, cfg.d_ff, True)
+        elif cfg.mlp_down == "up_t_scaled":  # hidden unit j's column of W_down^T times s_j
+            wd = wd * m.down_scale.unsqueeze(1)  # (K, d, ff) * (K, 1, ff)
     return wg, wu, wd
 
 
@@ -194,11 +225,40 @@ def token_table(emb: nn.Module, cfg: ModelConfig) -> Tensor:
 
 
 @torch.no_grad()
+def init_member(model: nn.Module, i: int, gen: torch.Generator | None) -> None:
+    """Member i of every parameter of `model` (an ArithTransformer): norm gains 1, biases 0,
+    tables and projections normal, the rest by `init_special`. Drawn on the CPU in
+    named_parameters order, so member i depends only on its generator (not K or device).
+
+    Tables (embed, pos, abacus, unembed) get std 1/sqrt(d): unit-norm rows, so tied logits
+    (a normed residual dotted with a row) start with std ~1 whatever d is. Projections get
+    1/sqrt(fan_in), which keeps activations O(1) at tiny widths (GPT-2's flat 0.02 trained
+    clearly worse in a 4-seed 3-digit-addition check at d=16); W = A @ B gets 1/sqrt(d_in)
+    and 1/sqrt(r) so W has the full-rank variance; writes into the residual stream (o, down)
+    are scaled by 1/sqrt(2 * depth), as in GPT-2, with depth counting loops."""
+    cfg = model.cfg
+    for name, p in model.named_parameters():
+        shape, parts = tuple(p.shape[1:]), name.split(".")
+        if name.endswith(".bias") or "norm" in name:
+            p[i].fill_(0.0 if name.endswith(".bias") else 1.0)
+            continue
+        if init_special(name, p, i, gen, cfg):
+            continue
+        tables = ("embed", "pos", "abacus", "unembed", "slots")
+        std = cfg.d_model ** -0.5 if parts[0] in tables else shape[0] ** -0.5
+        if parts[-2] in ("o", "down") and parts[-1] != "A":
+            std /= math.sqrt(2 * cfg.n_layers * cfg.n_loops)
+        std = cfg.init_std if cfg.init_std is not None else std  # tbukic's recipe: N(0, 0.02)
+        p[i].copy_(torch.empty(shape).normal_(0.0, std, generator=gen))
+
+
+@torch.no_grad()
 def init_special(name: str, p: Tensor, i: int, gen: torch.Generator | None,
                  cfg: ModelConfig) -> bool:
     """Initialise member i of a parameter with a rule of its own; False for an ordinary one.
 
-    Angles start at 0 and scales at 1 (each tie starts as its plain form: K = Q, gate = up);
+    Angles start at 0 and scales at 1 (each tie starts as its plain form: K = Q, gate = up),
+    the loop mix at 0 (a looped model starts as its single pass);
     the arc puts the ten digits evenly round a unit circle (a clock, the natural picture of
     digits mod 10) from a random start, with a little noise on the stride, unless
     `cfg.arc_init` names its start. As MicroAdder's: the learned digit_index slot rows start
@@ -206,7 +266,7 @@ def init_special(name: str, p: Tensor, i: int, gen: torch.Generator | None,
     A uniform in [-1, 1]), so the attention adds nothing until it has learnt what to add."""
     parts = name.split(".")
     last = parts[-1]
-    if last.endswith("angle"):
+    if last.endswith("angle") or parts[0] == "loop":
         p[i].zero_()
     elif last.endswith("scale"):
         p[i].fill_(1.0)
