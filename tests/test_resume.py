@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from arithsweep.core.training.resume import latest_state
 
@@ -129,3 +130,35 @@ def test_resume_refuses_other_versions_and_invalid_configs(tmp_path: Path) -> No
     done = subprocess.run(_cli("train", "--resume", str(out), "--task", "add3"),
                           capture_output=True, text=True, env=_env(), timeout=300)
     assert done.returncode != 0 and "--task" in done.stderr
+
+
+class _Killed(Exception):
+    pass
+
+
+def test_an_interrupted_abacus_run_resumes_in_process(tmp_path: Path) -> None:
+    """The abacus offsets' own generators are state too: a run stopped between two states
+    (as a kill would) and resumed ends with the same weights as one that never stopped."""
+    from arithsweep.core.overrides import build_configs
+    from arithsweep.core.training.population import train
+    from arithsweep.core.training.resume import Checkpointing
+
+    task, m, t = build_configs("add3", None, None, {
+        "n_layers": 1, "d_model": 8, "n_heads": 2, "d_ff": 8, "pos": "abacus",
+        "abacus_offset": 3, "steps": 200, "seeds": 2, "eval_every": 50, "eval_size": 256,
+        "early_stop": False, "layout": "reference", "grokfast_alpha": 0.9,
+        "grokfast_lambda": 1.0})
+    whole = train(task, m, t, checkpoint=Checkpointing(tmp_path / "a", every_steps=100))
+
+    def stop_at(step: int, total: int) -> None:
+        if step == 150:
+            raise _Killed
+
+    with pytest.raises(_Killed):
+        train(task, m, t, on_step=stop_at, checkpoint=Checkpointing(tmp_path / "b", 100))
+    state = latest_state(tmp_path / "b")
+    assert state is not None and state.step == 100 and not state.finished
+    again = train(task, m, t, checkpoint=Checkpointing(tmp_path / "b", 100, resume=state))
+    for (name, p), q in zip(whole.model.named_parameters(), again.model.parameters()):
+        assert torch.equal(p, q), name
+    assert [h.exact_match for h in again.history] == [h.exact_match for h in whole.history]

@@ -52,7 +52,6 @@ from arithsweep.core.training.step import PackStep, capture_blocker
 # length, evaluation cadence, device) is shared by the whole pack.
 PER_MEMBER_FIELDS = ("lr", "min_lr_ratio", "warmup", "weight_decay", "grad_clip", "polish_lr",
                      "seed", "seeds", "target", "early_stop", "time_budget")
-__all__ = ["PackAdamW", "pack_key", "train", "train_population"]
 
 OnEval = Callable[[int, "T.EvalPoint", "T.TrainResult"], bool | None]
 
@@ -326,16 +325,14 @@ class _PackRun:
         self.running.copy_(t["running"])
         self.loss_sum.copy_(t["loss_sum"])
         torch.set_rng_state(t["torch_rng"])
-        if "abacus_gen.0" in t:
-            self.model._offset_gens = [torch.Generator() for _ in range(self.model.k)]
-            for i, g in enumerate(self.model._offset_gens):
-                set_generator(g, t[f"abacus_gen.{i}"])
+        if "abacus_gen.0" in t:  # the training-time abacus offsets' own generators
+            self.model._offset_gens = [set_generator(torch.Generator(), t[f"abacus_gen.{i}"])
+                                       for i in range(self.model.k)]
         self.data.load(sub(t, "data."), doc["data"], self.device)
         for j, r in enumerate(self.results):
             r.load(sub(t, f"result{j}."), doc["results"][j])
         self.step, self.loss_n, self.filtered = int(doc["step"]), doc["loss_n"], doc["filtered"]
-        self.elapsed0, self.outside, self.finished = doc["elapsed"], doc["outside"], \
-            doc["finished"]
+        self.elapsed0, self.outside, self.finished = doc["elapsed"], doc["outside"], doc["finished"]
 
 
 def _evaluate(j: int, cfg: TrainConfig, result: T.TrainResult, step: int, failed: list[bool],

@@ -176,8 +176,8 @@ def generator_state(gen: torch.Generator) -> torch.Tensor:
     return gen.get_state().clone()  # (n,) uint8
 
 
-def set_generator(gen: torch.Generator, state: torch.Tensor) -> None:
-    gen.set_state(state.clone())
+def set_generator(gen: torch.Generator, state: torch.Tensor) -> torch.Generator:
+    return gen.set_state(state.clone())
 
 
 def sub(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
