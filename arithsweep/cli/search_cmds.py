@@ -1,6 +1,7 @@
 """Search commands: `search`, `spaces`, `ui`.
 
     arithsweep search --task add3 --target 0.99 --trials 12
+    arithsweep search --from-entry 44 --time-budget 2h     # continue from the board's entry 44
     arithsweep spaces
     arithsweep ui
 """
@@ -68,6 +69,7 @@ def search(
     patience: int = typer.Option(8, "--patience", help="evaluations without progress before a trial stops"),
     rounds: int = typer.Option(2, "--rounds", help="rounds per architecture: a near miss earns another, its best seed for twice the steps"),
     seed: int = typer.Option(0, "--seed", help="sampler seed and base training seed"),
+    from_entry: str = typer.Option(None, "--from-entry", help="start from this leaderboard entry (id or sha256 prefix, local database then leaderboard/entries.json) or checkpoint folder (verified first) as the verified incumbent, descending from it; --task defaults to its task"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Ray Tune + Optuna search for the fewest-parameter model reaching the target.
@@ -86,9 +88,10 @@ def search(
         address=address, name=name, resume=resume,
         root=str(root.absolute()) if root else None, mlflow_uri=mlflow_uri,
         n_verify=n_verify, seed=seed, max_params=max_params, frontier=frontier,
-        patience=patience, extra_rounds=max(0, rounds - 1),
+        patience=patience, extra_rounds=max(0, rounds - 1), from_entry=from_entry,
         command=shlex.join(["arithsweep", *sys.argv[1:]]),
     )
+    from arithsweep.leaderboard.provenance import entry_finder
     from arithsweep.leaderboard.verify import make_verifier
     from arithsweep.search.driver import run_search
 
@@ -96,7 +99,9 @@ def search(
     if live is not None:
         live.start()
     try:
-        summary = run_search(opts, on_update=on_update, verifier=make_verifier(db))
+        summary = run_search(opts, on_update=on_update, verifier=make_verifier(db),
+                             find_entry=entry_finder(db, root or "searches"),
+                             note=lambda line: print(line, file=sys.stderr))
     finally:
         if live is not None:
             live.stop()
@@ -107,6 +112,8 @@ def search(
 
 
 def _print_summary(s) -> None:
+    if s.from_entry:  # the entry it continued from, and how it mapped onto the space
+        out.print(f"started {s.from_entry.get('note')}", markup=False)
     t = table(f"search {s.name} · {s.task} · target {s.target:g} · trials by size",
               ("trial", "params", "best exact match", "seeds ok", "stopped because", "verified",
                "entry", "architecture"))
@@ -160,10 +167,11 @@ def spaces(as_json: bool = typer.Option(False, "--json")) -> None:
     items = list_spaces()
     if as_json:
         return print_json([{"name": s.name, "description": s.description, "path": str(s.path),
-                       "dimensions": s.dimensions} for s in items])
+                       "dimensions": s.dimensions, "seed_rule": s.seed_rule_line}
+                      for s in items])
     for s in items:
         out.print(f"[bold]{s.name}[/]  {s.description}  [dim]{s.path}[/]")
-        for d in s.dimensions:
+        for d in [*s.dimensions, *([s.seed_rule_line] if s.seed_rule_line else [])]:
             out.print(f"    {d}")
 
 

@@ -21,7 +21,10 @@ or `arithsweep search --task add2 --target 0.9 --trials 8`. A search lives in
 named after the search), `search.json`, `summary.json`, `params_vs_em.png`. MLflow defaults to
 `<root>/mlflow.db` with artifacts under `<root>/mlartifacts`. A killed search continues with
 `SearchOptions(resume=name, trials=N)`: same Tune experiment, same Optuna study, same
-incumbent (`verified.json`).
+incumbent (`verified.json`). `SearchOptions(from_entry="44")` (`--from-entry`) starts from a
+leaderboard entry or checkpoint folder as the verified incumbent, descending from its point
+in the space (`incumbent.entry_incumbent`, `shrink.map_entry`); search.json keeps it under
+"from_entry", with the commands of the searches that found it ("chain"), for `publish`.
 """
 
 from __future__ import annotations
@@ -67,29 +70,57 @@ returns at least {"qualifies": bool, "exact_match": float | None} and, when reco
 "entry_id". The CLI builds one from the leaderboard wing (`leaderboard.verify.make_verifier`),
 so the search never imports the leaderboard; None verifies nothing."""
 
+EntryFinder = Callable[[str], dict]
+"""Finds what `--from-entry REF` names: for a board entry (id or sha256 prefix) its row
+(entry_id, task, format, params, exact_match, model_config, train_config, checkpoint,
+search_name, seeds_reached, chain: the commands of the searches that found it); for a
+checkpoint folder only {"checkpoint", "chain"} (the driver verifies it). Raises
+ArithsweepError (one line) for anything else. The CLI builds it from the leaderboard wing
+(`leaderboard.provenance.entry_finder`)."""
+
 
 def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = None,
-               verifier: Verifier | None = None) -> SearchSummary:
+               verifier: Verifier | None = None, find_entry: EntryFinder | None = None,
+               note: Callable[[str], None] | None = None) -> SearchSummary:
     """Run (or resume) a search; `on_update(event)` gets trial start/result/complete events,
     each with the search's `SearchProgress` (as a dict) under "search", and one event
     "search" (trial_id None) before any trial;
     `verifier` checks trials that reach the target from their weights (see `Verifier`): the
-    smallest verified one bounds every later proposal."""
+    smallest verified one bounds every later proposal; `find_entry` looks `--from-entry` up
+    (see `EntryFinder`); `note(line)` gets the one line that says how the entry mapped onto
+    the space, before the search starts."""
     t0 = time.time()
     root = Path(opts.root or Path.cwd() / "searches").expanduser().absolute()
-    name = opts.resume or opts.name or f"{opts.task}-{time.strftime('%Y%m%d-%H%M%S')}"
-    sdir = root / name
-    stored = _stored_options(sdir, opts)
-    task = stored.get("task", opts.task)
+    given = opts.resume or opts.name
+    stored = _stored_options(root / given, opts) if given else {}
     target = float(stored.get("target", opts.target if opts.target is not None else 0.99))
-    mlflow_uri = (stored.get("mlflow_uri") or _abs_tracking_uri(opts.mlflow_uri)
-                  or _abs_sqlite(root / "mlflow.db"))
 
     from arithsweep.core.data.tasks import get_task
     from arithsweep.search.spaces import default_space, load_space
 
-    get_task(task)  # unknown task: one clear error before anything starts
+    if opts.task is not None:
+        get_task(opts.task)  # unknown task: one clear error before anything starts
+    start = values = None
+    if opts.from_entry:  # a new search only (SearchOptions says so): before Ray, before files
+        from arithsweep.search import incumbent
+
+        start, values = incumbent.entry_incumbent(opts.from_entry, opts.task, target,
+                                                  find_entry, verifier)
+    task = stored.get("task", opts.task or (start or {}).get("task"))
+    name = given or f"{task}-{time.strftime('%Y%m%d-%H%M%S')}"
+    sdir = root / name
+    if not given:
+        _stored_options(sdir, opts)  # the name must be free
+    mlflow_uri = (stored.get("mlflow_uri") or _abs_tracking_uri(opts.mlflow_uri)
+                  or _abs_sqlite(root / "mlflow.db"))
+    get_task(task)
     space = load_space(stored.get("space_path") or opts.space or default_space(task))
+    if start is not None:
+        from arithsweep.search.shrink import map_entry
+
+        start = incumbent.start_item(start, map_entry(space, values, task), space.name)
+        if note is not None:
+            note(start["note"])
     optuna_url = _abs_sqlite(sdir / "optuna.db")
     fresh = not opts.resume and not sdir.exists()
     sdir.mkdir(parents=True, exist_ok=True)
@@ -100,9 +131,13 @@ def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = N
             "name": name, "task": task, "target": target, "space": space.name, "seed": opts.seed,
             "space_path": str((sdir / "space.yaml") if space.path.is_file() else space.path),
             "mlflow_uri": mlflow_uri, "optuna_storage": optuna_url, "options": asdict(opts),
-            "command": opts.command,
+            "command": opts.command, "from_entry": _from_entry_record(start),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "arithsweep_version": __version__,
             "search_format": SEARCH_FORMAT})
+        if start is not None:  # the starting incumbent, kept like any verified one
+            from arithsweep.search.incumbent import save_verified
+
+            save_verified(sdir, {start["trial_id"]: _lean(start)})
     else:  # every resume is recorded, so a published entry can say how the search really ran
         stored.setdefault("resumes", []).append(
             {"command": opts.command, "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -157,12 +192,30 @@ def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = N
             run_settings.unregister(name)
             if started:
                 ray.shutdown()
+    summary.from_entry = stored.get("from_entry") if opts.resume else _from_entry_record(start)
     summary.wall_time = round(time.time() - t0, 2)
     summary.total_wall_time = round(summary.wall_time + float(
         before.get("total_wall_time") or before.get("wall_time") or 0.0), 2)
     _write_json(sdir / "summary.json", summary.to_dict())
     tracking.mlflow_close(mlflow_uri, parent_run, summary, sdir)
     return summary
+
+
+def _from_entry_record(start: dict | None) -> dict | None:
+    """search.json's "from_entry": the entry a search started from, how it mapped onto the
+    space, and the commands of the searches that found it ("chain"), which `publish` prints
+    before this search's own command."""
+    if start is None:
+        return None
+    keys = ("from_entry", "entry_id", "task", "format", "params", "exact_match", "checkpoint",
+            "found_by", "seeds_reached", "seeds_trained", "point", "unmapped", "differs",
+            "note", "chain")
+    return {"ref" if k == "from_entry" else k: start.get(k) for k in keys}
+
+
+def _lean(start: dict) -> dict:
+    """The starting entry as a verified item (verified.json): no mapping report, no chain."""
+    return {k: v for k, v in start.items() if k not in ("unmapped", "differs", "chain")}
 
 
 def _progress(name: str, t0: float, opts: SearchOptions, state) -> dict[str, Any]:
@@ -212,7 +265,13 @@ def _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri, experime
     from arithsweep.search.options import resources_per_trial
     from arithsweep.search.packs import PackKeyer
     from arithsweep.search.trainable import run_trial
-    from arithsweep.search.trial import CONST_KEY, SEED_SCHEME, ProposalSizer, describe_trial
+    from arithsweep.search.trial import (
+        CONST_KEY,
+        SEED_RULE,
+        SEED_SCHEME,
+        ProposalSizer,
+        describe_trial,
+    )
 
     avail = ray.cluster_resources()
     gpus, per_trial = resources_per_trial(opts, avail.get("GPU", 0))
@@ -236,6 +295,8 @@ def _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri, experime
              "space": space.name, "search": name, "fail_when": opts.fail_when,
              "patience": opts.patience, "extra_rounds": opts.extra_rounds,
              "near_miss": opts.near_miss, "seed_scheme": SEED_SCHEME}
+    if space.seed_rule:  # how many seeds a proposal trains, by its size (trial.build_trial)
+        const[SEED_RULE] = [list(row) for row in space.seed_rule]
     search = searcher.ConstrainedOptunaSearch(
         space.ray_define_by_run(), target=target, study_name=name, storage_url=optuna_url,
         sizer=ProposalSizer(const), seed=opts.seed, start=space.start,

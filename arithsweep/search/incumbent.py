@@ -7,7 +7,13 @@ becomes the incumbent: from then on the searcher does not train proposals of its
 larger, and `IncumbentStopper` ends running trials that are no smaller. So the incumbent is
 always a model verified from its weights alone, never a held-out estimate. Verified items are
 also written to `verified.json` in the search directory, so a resumed search starts with its
-incumbent. Not run directly.
+incumbent.
+
+A search may also start from the board (`arithsweep search --from-entry ID_OR_PATH`):
+`entry_incumbent` turns a leaderboard entry (verified when it was recorded) or a checkpoint
+folder (verified here first, through the same verifier) into the search's first verified
+item, so the bound skips everything not smaller from the first proposal on, and the
+searcher descends from the entry's point (`shrink.map_entry`). Not run directly.
 """
 
 from __future__ import annotations
@@ -16,15 +22,18 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 from ray import tune
 
+from arithsweep.core.errors import ConfigError
 from arithsweep.core.model.checkpoint import add_meta
 from arithsweep.search import run_settings
 
 log = logging.getLogger(__name__)
 
 VERIFIED_FILE = "verified.json"
+ENTRY_ID = "entry:{}"  # a starting entry's id among the verified items (never a Tune trial's)
 
 
 def load_verified(sdir: Path) -> dict[str, dict]:
@@ -95,3 +104,105 @@ class VerifyCallback(tune.Callback):
                 "train_em": float(last.get("best_em")), "checkpoint": path,
                 "seeds_reached": last.get("seeds_reached"),
                 "seeds_trained": last.get("seeds_trained")})
+
+
+def entry_incumbent(ref: str, task: str | None, target: float, find_entry, verifier
+                    ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(verified item, the entry's `section.field` values) of a search started with
+    `--from-entry REF`; ConfigError (one line) when REF cannot be its incumbent.
+
+    `find_entry(REF)` (the leaderboard's, given by the CLI; see driver.EntryFinder) gives a
+    board entry, trusted as verified when it was recorded, or for a checkpoint folder only
+    {"checkpoint", "chain"}: that one is verified here first through `verifier` (which
+    records it on the board when it qualifies), so an unverified model never bounds a search.
+    `task` None takes the entry's; another task than the entry's is an error."""
+    what = f"--from-entry {ref}"
+    if find_entry is None:
+        raise ConfigError(f"{what}: this search was given no leaderboard to find entries in")
+    found = dict(find_entry(ref))
+    if found.get("entry_id") is None:  # a checkpoint folder: never trusted unverified
+        found = _verify_folder(what, found, task, target, verifier)
+    name = f"entry {found['entry_id']}"
+    if task is not None and found.get("task") != task:
+        raise ConfigError(f"{what}: {name}'s task is {found.get('task')}, and this "
+                          f"search's is {task}")
+    em = found.get("exact_match")
+    if not isinstance(em, (int, float)):
+        raise ConfigError(f"{what}: {name} holds no verified exact match")
+    if em < target:
+        raise ConfigError(f"{what}: {name}'s verified exact match {em:.6g} is below this "
+                          f"search's target {target:g}")
+    item = {"trial_id": ENTRY_ID.format(found["entry_id"]), "params": int(found["params"]),
+            "exact_match": float(em), "train_em": float(em), "qualifies": True,
+            "entry_id": found["entry_id"], "checkpoint": found.get("checkpoint"),
+            "from_entry": ref, "task": found["task"], "found_by": found.get("search_name"),
+            **{k: found.get(k) for k in ("format", "seeds_reached", "seeds_trained", "chain")}}
+    return item, _entry_values(found)
+
+
+def _verify_folder(what: str, found: dict, task: str | None, target: float, verifier) -> dict:
+    """A checkpoint folder as a board entry: loaded (its task checked before anything is
+    measured), then verified and recorded through the search's verifier."""
+    from arithsweep.core.model.checkpoint import load_checkpoint
+
+    ck = load_checkpoint(found["checkpoint"])  # a broken folder: one CheckpointError line
+    if task is not None and ck.task.name != task:
+        raise ConfigError(f"{what}: the checkpoint's task is {ck.task.name}, and this "
+                          f"search's is {task}")
+    if verifier is None:
+        raise ConfigError(f"{what}: a checkpoint folder is verified first, and this search "
+                          f"has no verifier")
+    item = verifier({"trial_id": None, "params": ck.params, "train_em": None,
+                     "checkpoint": str(ck.path), "mlflow_run_id": None, "search_name": None,
+                     "target": target})
+    if not item.get("qualifies"):
+        em = item.get("exact_match")
+        why = item.get("error") or (f"verified exact match {em:.6g}" if em is not None
+                                    else "not verified")
+        raise ConfigError(f"{what}: not a verified incumbent at target {target:g} ({why})")
+    return {**found, "entry_id": item.get("entry_id") or ck.sha256[:8], "task": ck.task.name,
+            "format": ck.task.fmt.name, "params": ck.params, "exact_match": item["exact_match"],
+            "model_config": ck.model_cfg.to_dict(),
+            "train_config": ck.train_cfg.to_dict() if ck.train_cfg else {},
+            **{k: ck.meta.get(k) for k in ("seeds_reached", "seeds_trained")}}
+
+
+def _entry_values(found: dict[str, Any]) -> dict[str, Any]:
+    """The entry's model, train and format fields as flat `section.field` keys, defaults
+    filled in (an entry published before a field existed had that field's default)."""
+    from arithsweep.core.config import LEGACY_TRAIN_DEFAULTS, ModelConfig, TrainConfig
+    from arithsweep.core.data.tasks import get_task
+
+    try:
+        model = ModelConfig.from_dict(dict(found.get("model_config") or {})).to_dict()
+        train = found.get("train_config") or {}
+        train = TrainConfig.from_dict({**LEGACY_TRAIN_DEFAULTS, **train}).to_dict() if train \
+            else {}
+        fmt = vars(get_task(found["task"], found.get("format")).fmt)
+    except (ConfigError, TypeError, ValueError) as exc:
+        raise ConfigError(f"--from-entry: entry {found.get('entry_id')}'s configs do not load "
+                          f"in this arithsweep: {exc}") from None
+    return {**{f"model.{k}": v for k, v in model.items()},
+            **{f"train.{k}": v for k, v in train.items()},
+            **{f"format.{k}": v for k, v in fmt.items()}}
+
+
+def start_item(item: dict[str, Any], mapping: dict[str, Any], space: str) -> dict[str, Any]:
+    """The starting entry's verified item with its point in the space (what the searcher's
+    first shrink moves start from, see searcher._descend) and the one line that says how it
+    mapped ("note")."""
+    found = f", found by search {item['found_by']}" if item.get("found_by") else ""
+    where = (f"its point in space {space} is the same {mapping['params']}-p model"
+             if mapping["params"] == item["params"] and not mapping["differs"] else
+             f"its nearest point in space {space} has {mapping['params'] or 'no valid'} p")
+    line = (f"from entry {item['entry_id']} ({item['task']}, {item['params']} p, verified "
+            f"{item['exact_match']:.6g}{found}): the incumbent from the start; {where}; "
+            + (f"not mapped: {_few(mapping['unmapped'])}" if mapping["unmapped"] else
+               "every searched key mapped")
+            + (f"; the space differs: {_few(mapping['differs'])}" if mapping["differs"] else ""))
+    return {**item, "point": mapping["point"], "unmapped": mapping["unmapped"],
+            "differs": mapping["differs"], "note": line}
+
+
+def _few(items: list[str], n: int = 6) -> str:
+    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")

@@ -57,14 +57,19 @@ class SearchOptions:
     proposals_per_trial: int | None = None
     fail_when: dict | None = None  # testing only: raise in trials whose config matches
     command: str | None = None  # the command line that started it, kept in search.json
+    # --from-entry: a leaderboard entry id (or sha256 prefix) or a checkpoint folder, the
+    # verified incumbent a new search starts from (run_search's find_entry looks it up)
+    from_entry: str | None = None
 
     def __post_init__(self) -> None:
         def need(ok: bool, what: str) -> None:
             if not ok:
                 raise ConfigError(f"search: {what}")
 
-        need(self.task is not None or self.resume is not None,
-             "--task is required for a new search (or --resume NAME)")
+        need(self.task is not None or self.resume is not None or bool(self.from_entry),
+             "--task is required for a new search (or --resume NAME, or --from-entry)")
+        need(not (self.from_entry and self.resume),
+             "--from-entry starts a new search; a resumed one keeps the incumbent it had")
         for f in ("target", "train_target"):
             v = getattr(self, f)
             need(v is None or (isinstance(v, (int, float)) and 0 < v <= 1),
@@ -170,6 +175,8 @@ class SearchSummary:
     # first (arithsweep.search.replay); `replayed`: the trial ids this run trained again
     cut_near_misses: list[dict] = field(default_factory=list)
     replayed: list[str] = field(default_factory=list)
+    # --from-entry: the entry it started from and how it mapped (search.json's "from_entry")
+    from_entry: dict | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

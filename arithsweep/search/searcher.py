@@ -126,7 +126,9 @@ class ConstrainedOptunaSearch(OptunaSearch):
 
     def _descend(self, state: run_settings.DriverState | None) -> None:
         """Enqueue the shrink moves of each new verified incumbent (arithsweep.search.shrink):
-        the next proposals are the incumbent one step smaller, with its training recipe."""
+        the next proposals are the incumbent one step smaller, with its training recipe. A
+        board entry the search started from (--from-entry) is no Optuna trial: its item
+        carries its point in the space ("point", shrink.map_entry)."""
         from arithsweep.search.shrink import shrink_moves
 
         space = getattr(self._space, "space", None)
@@ -136,7 +138,8 @@ class ConstrainedOptunaSearch(OptunaSearch):
         self._descended = state.incumbent
         best = [v for v in state.verified.values()
                 if v.get("qualifies") and int(v.get("params", 0)) == state.incumbent]
-        point = self._optuna_params(str(best[0]["trial_id"])) if best else None
+        point = (best[0].get("point") or self._optuna_params(str(best[0]["trial_id"]))
+                 if best else None)
         for move in shrink_moves(space, point, self._sizer) if point else []:
             self._ot_study.enqueue_trial(move, skip_if_exists=True)
         log.info("search %s: incumbent %s p; queued its shrink moves", self._name,

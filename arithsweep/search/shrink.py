@@ -12,6 +12,10 @@ a coordinate descent on the parameter count, interleaved with the sampler's expl
 A move changes one searched `model.*` key and keeps every other searched key (the training
 recipe included), and it counts only if the proposal stays valid and gets smaller.
 
+A search started from a board entry (`arithsweep search --from-entry`) descends from the
+entry: `map_entry` finds the entry's point in the space (each searched key takes the entry's
+value where the space allows it) and says which keys could not be mapped.
+
     python -c "from arithsweep.search.shrink import *; from arithsweep.search.spaces import *; \\
         from arithsweep.search.trial import ProposalSizer; s = load_space('tiny'); \\
         print(shrink_moves(s, s.start[0], ProposalSizer({'task': 'add3'})))"
@@ -22,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from arithsweep.search.space_fields import fmt_value
 from arithsweep.search.spaces import RayDefineByRun, Space
 
 MOVES_PER_INCUMBENT = 3  # enqueued per new incumbent; TPE fills the other proposals
@@ -101,3 +106,88 @@ def shrink_moves(space: Space, point: dict[str, Any], sizer: Callable[[dict], in
     # the gentlest, so one failed bold step does not leave the search with nothing nearby
     picks = sorted({round(i * (len(ranked) - 1) / (limit - 1)) for i in range(limit)})
     return [ranked[i] for i in picks]
+
+
+# --------------------------------------------------------------------------------------------
+# A board entry's point in a space (arithsweep search --from-entry)
+
+_NONE = object()
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a == b and isinstance(a, bool) == isinstance(b, bool)
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+class _EntryTrial:
+    """Walks a space define-by-run with an entry's values (flat `section.field` keys): a
+    searched key the walk reaches takes the entry's value where the space allows it, else its
+    first choice or low end (which only sizes the point), recorded as not mapped."""
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.values, self.point, self.unmapped = values, {}, []
+
+    def _take(self, name: str, value: Any, fallback: Any, allowed: str) -> Any:
+        if value is _NONE:
+            got = self.values.get(name, _NONE)
+            self.unmapped.append(f"{name}={'unset' if got is _NONE else fmt_value(got)} "
+                                 f"(space: {allowed})")
+            return fallback
+        self.point[name] = value
+        return value
+
+    def suggest_categorical(self, name: str, choices: list[Any]) -> Any:
+        v = self.values.get(name, _NONE)
+        hit = next((c for c in choices if v is not _NONE and _same(c, v)), _NONE)
+        return self._take(name, hit, choices[0], ", ".join(fmt_value(c) for c in choices))
+
+    def suggest_int(self, name: str, low: int, high: int, step: int = 1, log: bool = False) -> int:
+        v = self.values.get(name, _NONE)
+        ok = (_number(v) and float(v).is_integer() and low <= v <= high
+              and (int(v) - low) % step == 0)
+        return self._take(name, int(v) if ok else _NONE, low,
+                          f"{low}..{high}" + (f" step {step}" if step > 1 else ""))
+
+    def suggest_float(self, name: str, low: float, high: float, log: bool = False) -> float:
+        v = self.values.get(name, _NONE)
+        ok = _number(v) and low <= v <= high
+        return self._take(name, float(v) if ok else _NONE, low,
+                          f"{fmt_value(low)}..{fmt_value(high)}")
+
+
+def map_entry(space: Space, values: dict[str, Any], task: str) -> dict[str, Any]:
+    """An entry's point in `space`: {"point": searched key -> the entry's value (what the
+    shrink moves start from), "unmapped": ["key=value (space: allowed)", ...] (searched keys
+    whose entry value the space does not allow: they take the first choice or low end for
+    sizing, and Optuna samples them in each move), "differs": ["key entry -> space", ...]
+    (model and format fields where the point's model is not the entry's, the space's fixed
+    values included), "params": the point's unique parameters (0 if not a valid model)}.
+    `values` are the entry's `model.*`, `train.*` and `format.*` fields."""
+    from arithsweep.core.errors import ConfigError
+    from arithsweep.search.trial import CONST_KEY, build_trial
+
+    walk = _EntryTrial(values)
+    config = RayDefineByRun(space)(walk)
+    differs: list[str] = []
+    try:
+        setup = build_trial({**config, CONST_KEY: {"task": task, "target": 0.5}})
+    except (ConfigError, TypeError, ValueError):
+        setup = None
+    if setup is not None:
+        built = {**{f"model.{k}": v for k, v in setup.model_cfg.to_dict().items()
+                    if k not in ("vocab_size", "n_ctx")},
+                 **{f"format.{k}": v for k, v in vars(setup.task.fmt).items()}}
+        for key, mine in built.items():
+            theirs = values.get(key, _NONE)
+            if theirs is not _NONE and not _same(_plain(theirs), _plain(mine)):
+                differs.append(f"{key} {fmt_value(theirs)} -> {fmt_value(mine)}")
+    return {"point": walk.point, "unmapped": walk.unmapped, "differs": differs,
+            "params": setup.params if setup is not None else 0}
+
+
+def _plain(v: Any) -> Any:
+    """Tuples and lists compare alike (JSON gives lists, configs may hold tuples)."""
+    return [_plain(x) for x in v] if isinstance(v, (list, tuple)) else v

@@ -3,7 +3,9 @@
 A space file names `model.*` (ModelConfig), `train.*` (TrainConfig) and `format.*` (Format)
 fields; this module reads those dataclasses once (lazily: `arithsweep.core.model.model` imports
 torch, `config` and `tasks` stay light) and answers "is this value of the right type for that
-field, and what is its default?" for the parser in `arithsweep.search.space_file`.
+field, and what is its default?" for the parser in `arithsweep.search.space_file`. It also
+holds the one rule a space may give instead of a value: `train.seeds: {by_params: ...}`, the
+seeds a proposal trains by its size (`parse_seed_rule`, `seeds_for`).
 
     python -c "from arithsweep.search.space_fields import field_specs; \\
         print(field_specs()['train']['lr'])"
@@ -15,8 +17,12 @@ import dataclasses
 import functools
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from arithsweep.core.config import MAX_SEEDS
+from arithsweep.core.errors import ConfigError
 
 SECTIONS = ("model", "train", "format")
 _OP_TEXT = {"eq": "=", "ne": "!=", "gt": ">", "ge": ">=", "lt": "<", "le": "<=", "in": "in"}
@@ -190,4 +196,53 @@ class Param:
 
 
 # --------------------------------------------------------------------------------------------
-# The parsed file
+# The seed rule: train.seeds by the proposal's size
+
+
+RULE_KEY = "by_params"  # train.seeds: {by_params: [[min_params, seeds], ...]}
+SeedRule = tuple[tuple[int, int], ...]  # ((min_params, seeds), ...), min_params falling to 0
+
+
+def seeds_for(rule: SeedRule, params: int) -> int:
+    """The seeds a proposal of `params` unique parameters trains under `rule`: the first
+    row whose min_params it reaches (the last row starts at 0, so one always matches)."""
+    return next(seeds for low, seeds in rule if params >= low)
+
+
+def describe_seed_rule(rule: SeedRule) -> str:
+    """One human line: "train.seeds by params: 8 from 60 p, 32 from 50 p, 64 below"."""
+    rows = [f"{seeds} from {low} p" for low, seeds in rule[:-1]]
+    last = rule[-1][1]
+    return "train.seeds by params: " + ", ".join([*rows, f"{last} below" if rows else
+                                                   f"{last} at every size"])
+
+
+def parse_seed_rule(value: dict, fail: Callable[[str], ConfigError]) -> SeedRule:
+    """`{by_params: [[min_params, seeds], ...]}`: whole numbers, min_params falling strictly
+    and ending at 0 (so every size gets a count), seeds in 1..MAX_SEEDS; `fail(why)` makes
+    the error that names the file and key."""
+    extra = [str(k) for k in value if k != RULE_KEY]
+    if extra:
+        raise fail(f"a seed rule takes only {RULE_KEY} (got {', '.join(extra)})")
+    rows = value[RULE_KEY]
+    form = f"{RULE_KEY} needs a list of [min_params, seeds] rows, e.g. [[60, 8], [0, 32]]"
+    if not isinstance(rows, list) or not rows:
+        raise fail(f"{form}, got {rows!r}")
+    out: list[tuple[int, int]] = []
+    for i, row in enumerate(rows, 1):
+        whole = isinstance(row, list) and len(row) == 2 and all(
+            isinstance(x, int) and not isinstance(x, bool) for x in row)
+        if not whole:
+            raise fail(f"{RULE_KEY} row {i} {row!r}: {form}")
+        low, seeds = row
+        if low < 0 or not 1 <= seeds <= MAX_SEEDS:
+            raise fail(f"{RULE_KEY} row {i} {row!r}: min_params must be >= 0 and seeds in "
+                       f"1..{MAX_SEEDS}")
+        if out and low >= out[-1][0]:
+            raise fail(f"{RULE_KEY} row {i} {row!r}: min_params must fall from row to row "
+                       f"(the first matching row wins)")
+        out.append((low, seeds))
+    if out[-1][0] != 0:
+        raise fail(f"{RULE_KEY}: the last row must start at 0 (got {out[-1][0]}), so that "
+                   f"every size gets a seed count")
+    return tuple(out)

@@ -29,6 +29,11 @@ A condition is evaluated on the value the config will have: the sampled/fixed va
 the dataclass default when the referenced key was itself left out. A key whose condition
 fails is left out of the sample, so its dataclass default applies.
 
+`train.seeds` may instead be a rule on the proposal's size, `{by_params: [[60, 8], [50, 32],
+[0, 64]]}`: rows [min_params, seeds], min_params falling to 0, the first row the proposal's
+unique parameters reach wins (8 seeds at 60 p and up, 32 at 50-59, 64 below 50); see
+`space_fields.parse_seed_rule`, applied by `arithsweep.search.trial.build_trial`.
+
 This module holds the parsed data classes (`Condition`, `Param`, `SpaceFile`), the YAML
 loader and `parse_space_file`, and every validation error (each is one ConfigError naming
 file and key). Sampling them with Optuna, the Ray glue and finding shipped files live in
@@ -55,14 +60,18 @@ from arithsweep.core.data.formats import MICROADDER_PLACES
 from arithsweep.core.errors import ConfigError
 from arithsweep.core.yaml_loader import describe_error, load_yaml
 from arithsweep.search.space_fields import (
+    RULE_KEY,
     SECTIONS,
     Condition,
     FieldSpec,
     Param,
+    SeedRule,
     coerce,
     field_specs,
     fmt_value,
+    parse_seed_rule,
     section_class,
+    seeds_for,
     type_ok,
 )
 
@@ -70,9 +79,11 @@ __all__ = [
     "SECTIONS",
     "Condition",
     "Param",
+    "SeedRule",
     "SpaceFile",
     "effective_value",
     "parse_space_file",
+    "seeds_for",
 ]
 
 TOP_LEVEL = ("name", "description", *SECTIONS, "start")
@@ -92,6 +103,9 @@ class SpaceFile:
     path: Path
     params: list[Param] = field(default_factory=list)
     start: list[dict[str, Any]] = field(default_factory=list)  # points Optuna tries first
+    # train.seeds by the proposal's size (None: a fixed or searched train.seeds, or none);
+    # a plain default, so a Space pickled before the field existed reads None
+    seed_rule: SeedRule | None = None
 
     @property
     def searched(self) -> list[Param]:
@@ -171,6 +185,7 @@ def parse_space_file(text: str, path: str | Path = "<string>") -> SpaceFile:
     specs = field_specs()
     params: list[Param] = []
     defined: dict[str, Param] = {}
+    seed_rule: SeedRule | None = None
     for section in (k for k in doc if k in SECTIONS):
         body = doc[section]
         if body is None:
@@ -185,6 +200,11 @@ def parse_space_file(text: str, path: str | Path = "<string>") -> SpaceFile:
                 raise fail(key, "field names must be strings")
             if fname in NOT_SEARCHABLE.get(section, {}):
                 raise fail(key, f"not searchable: {NOT_SEARCHABLE[section][fname]}")
+            if isinstance(value, dict) and RULE_KEY in value:
+                if key != "train.seeds":
+                    raise fail(key, f"{RULE_KEY} is a rule for train.seeds only")
+                seed_rule = parse_seed_rule(value, lambda why, k=key: fail(k, why))
+                continue
             spec = specs[section].get(fname)
             if spec is None:
                 known = [k for k in specs[section] if k not in NOT_SEARCHABLE.get(section, {})]
@@ -195,7 +215,8 @@ def parse_space_file(text: str, path: str | Path = "<string>") -> SpaceFile:
             params.append(param)
             defined[param.name] = param
     start = _parse_start(doc.get("start"), defined, fail)
-    return SpaceFile(name=name, description=description, path=path, params=params, start=start)
+    return SpaceFile(name=name, description=description, path=path, params=params, start=start,
+                     seed_rule=seed_rule)
 
 
 def _parse_start(body: Any, defined: dict[str, Param],

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from arithsweep.core.errors import ConfigError
+from arithsweep.search.space_fields import describe_seed_rule
 from arithsweep.search.space_file import (
     SECTIONS,
     Condition,
@@ -61,6 +62,12 @@ class Space(SpaceFile):
     def dimensions(self) -> list[str]:
         """One human line per key, in file order, e.g. "model.d_model ∈ {4, 6, 8}"."""
         return [p.describe() for p in self.params]
+
+    @property
+    def seed_rule_line(self) -> str | None:
+        """The seed rule as one human line ("train.seeds by params: 8 from 60 p, ..."), or
+        None when train.seeds is a value."""
+        return describe_seed_rule(self.seed_rule) if self.seed_rule else None
 
     def suggest(self, trial: optuna.Trial | Any) -> dict[str, dict[str, Any]]:
         """Define-by-run: sample every key whose `when` holds, in file order.
@@ -197,4 +204,4 @@ def parse_space(text: str, path: str | Path = "<string>") -> Space:
     """Parse and validate the YAML text of a space; every problem is one ConfigError."""
     f = parse_space_file(text, path)
     return Space(name=f.name, description=f.description, path=f.path, params=f.params,
-                 start=f.start)
+                 start=f.start, seed_rule=f.seed_rule)

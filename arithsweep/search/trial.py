@@ -29,6 +29,8 @@ SEED_SCHEME = 2  # written into a new search's constants: see seed_block
 SEEDS_OF = "seeds_of"
 # ... and continues the cut trial's training state from this checkpoint folder (trial_state)
 RESUME_FROM = "resume_from"
+# Constants key: the space's seed rule ([[min_params, seeds], ...], space_fields.seeds_for)
+SEED_RULE = "seed_rule"
 
 
 @dataclass
@@ -83,14 +85,20 @@ def build_trial(config: dict[str, Any]) -> TrialSetup:
 
     The search's constants override the sampled train config where the search must decide:
     the early-stop target (the search's target, or train_target above it), the device (from
-    the trial's GPU share), the per-trial step / time budgets when the user gave them, and the
-    seeds (a block of its own per Optuna trial unless the space fixes train.seed).
+    the trial's GPU share), the per-trial step / time budgets when the user gave them, the
+    seeds (a block of its own per Optuna trial unless the space fixes train.seed) and, when
+    the space gives a seed rule, how many: by the proposal's unique parameters, known here
+    before anything trains.
     """
     from arithsweep.core.config import TrainConfig
     from arithsweep.core.model.model import count_params
+    from arithsweep.search.space_fields import seeds_for
 
     model, train, fmt, const = trial_sections(config)
     task, model_cfg = _task_and_model(const["task"], model, fmt)
+    params = count_params(model_cfg)
+    if const.get(SEED_RULE):  # tiny models are a seed lottery: smaller ones buy more tickets
+        train["seeds"] = seeds_for(tuple(tuple(r) for r in const[SEED_RULE]), params)
     train = {**train, "target": float(const.get("train_target") or const["target"])}
     if const.get("device") and "device" not in train:
         train["device"] = const["device"]
@@ -102,7 +110,7 @@ def build_trial(config: dict[str, Any]) -> TrialSetup:
     train_cfg = TrainConfig.from_dict(train)
     if train_cfg.seeds * (1 + int(const.get("extra_rounds", 0) or 0)) * 2 > SEED_BLOCK:
         raise ConfigError(f"train.seeds={train_cfg.seeds}: too many seeds for one trial")
-    return TrialSetup(task, model_cfg, train_cfg, count_params(model_cfg))
+    return TrialSetup(task, model_cfg, train_cfg, params)
 
 
 class ProposalSizer:
