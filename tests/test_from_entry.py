@@ -20,7 +20,8 @@ from test_cli import run  # tests/ is on sys.path (pytest's rootdir import mode)
 from test_report import make_report
 
 from arithsweep.core.errors import ArithsweepError, ConfigError
-from arithsweep.leaderboard.provenance import board_entry, entry_chain, entry_finder, search_lines
+from arithsweep.leaderboard.entry_lookup import board_entry, entry_finder
+from arithsweep.leaderboard.provenance import entry_chain, search_lines
 from arithsweep.search import incumbent
 from arithsweep.search.shrink import map_entry
 from arithsweep.search.spaces import load_space, parse_space

@@ -91,7 +91,7 @@ def search(
         patience=patience, extra_rounds=max(0, rounds - 1), from_entry=from_entry,
         command=shlex.join(["arithsweep", *sys.argv[1:]]),
     )
-    from arithsweep.leaderboard.provenance import entry_finder
+    from arithsweep.leaderboard.entry_lookup import entry_finder
     from arithsweep.leaderboard.verify import make_verifier
     from arithsweep.search.driver import run_search
 

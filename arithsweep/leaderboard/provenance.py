@@ -21,21 +21,17 @@ where an entry came from. The retrain commands (`published_reproduce`, and `pack
 for an entry trained beside other seeds) live here too: they are provenance a reader can run.
 
 A search started from a board entry (`arithsweep search --from-entry ID_OR_PATH`) continues
-the search that found it: `board_entry` (the search's `EntryFinder`, `entry_finder`) looks the
-entry up (local database first, then the published entries.json) and gives the commands of
-the searches that led to it (`entry_chain`), which the new search keeps in its search.json;
-the section of an entry it finds then names the whole chain, oldest command first.
+the search that found it: `entry_lookup.board_entry` looks the entry up and `entry_chain` here
+gives the commands of the searches that led to it, which the new search keeps in its
+search.json; the section of an entry it finds then names the whole chain, oldest first.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from pathlib import Path
 from typing import Any
-
-from arithsweep.core.errors import ArithsweepError
 
 
 def search_command(meta: dict[str, Any]) -> tuple[str, bool]:
@@ -203,87 +199,6 @@ def entry_chain(row: dict[str, Any], searches_root: str | Path | None) -> list[s
         elif inside and isinstance(line, str):
             out.append(line)
     return out
-
-
-def entry_finder(db_url: str | None = None, searches_root: str | Path | None = "searches"):
-    """The search's `EntryFinder` (arithsweep.search.driver) over this leaderboard:
-    `board_entry` with the database and the searches root fixed. The CLI builds it, so the
-    search wing never imports the leaderboard wing."""
-    return lambda ref: board_entry(ref, db_url, searches_root)
-
-
-def board_entry(ref: str, db_url: str | None = None,
-                searches_root: str | Path | None = "searches") -> dict[str, Any]:
-    """What `arithsweep search --from-entry REF` starts from. A folder: {"checkpoint",
-    "chain"} (the search verifies it before it trusts it). Otherwise an entry id or sha256
-    prefix, looked up in the local database, then in the published entries.json beside it
-    (its weights' sha256 checked): the entry's figures, configs, checkpoint folder, seeds and
-    `entry_chain`. Anything else is one ArithsweepError line."""
-    text = str(ref).strip()
-    what = f"--from-entry {text}"
-    path = Path(text).expanduser()
-    if text and path.exists():
-        return _folder_entry(what, path, searches_root)
-    key = text.lower().removeprefix("sha256:")
-    if not key.isdigit() and not re.fullmatch(r"[0-9a-f]{6,64}", key):
-        raise ArithsweepError(f"{what}: neither a leaderboard entry id, a sha256 prefix (6+ hex "
-                              "digits) nor a checkpoint folder")
-    from arithsweep.leaderboard.board import open_db
-    from arithsweep.leaderboard.published import default_folder, label, published_rows
-
-    db = open_db(db_url, create=False)
-    try:
-        row = _pick(what, db.query(all=True), key, db.where)
-    finally:
-        db.close()
-    if row is None:
-        folder = default_folder(db.url)
-        index = f"{label(folder)}/entries.json"
-        row = _pick(what, published_rows(folder), key, index)
-        if row is None:
-            raise ArithsweepError(f"{what}: no such entry in {db.where} nor in {index}, and no "
-                                  "checkpoint folder of that name")
-        if not row.get("sha256_ok"):
-            raise ArithsweepError(f"{what}: published entry {row.get('id')}'s weights fail "
-                                  f"their check ({row.get('status')})")
-        row["checkpoint_path"] = str(Path(row["checkpoint_path"]).absolute())
-    meta = (_read(Path(str(row.get("checkpoint_path") or "")) / "config.json") or {}).get("meta")
-    meta = meta if isinstance(meta, dict) else {}
-    return {"entry_id": row.get("id"), "checkpoint": row.get("checkpoint_path"),
-            "source": row.get("source", "local"), "chain": entry_chain(row, searches_root),
-            **{k: row.get(k) for k in ("task", "format", "params", "exact_match", "target",
-                                       "model_config", "train_config", "search_name",
-                                       "trial_id", "sha256")},
-            **{k: meta.get(k) for k in ("seeds_reached", "seeds_trained")}}
-
-
-def _pick(what: str, rows: list[dict[str, Any]], key: str, where: str) -> dict | None:
-    """The one row whose id is `key` (digits) or whose sha256 starts with it; None if none."""
-    hits = [r for r in rows if (str(r.get("id")) == key if key.isdigit()
-                                else str(r.get("sha256") or "").startswith(key))]
-    if len({r.get("sha256") for r in hits}) > 1:
-        ids = ", ".join(str(r.get("id")) for r in hits)
-        raise ArithsweepError(f"{what} is ambiguous in {where} (entries {ids}); give more of "
-                              "the sha256")
-    return dict(hits[0]) if hits else None
-
-
-def _folder_entry(what: str, path: Path, searches_root: str | Path | None) -> dict[str, Any]:
-    """A checkpoint folder named by --from-entry: checked to be one (the search loads and
-    verifies it), with the chain of the search that made it when that is known."""
-    from arithsweep.core.hashing import sha256_file
-
-    weights = path / "model.safetensors"
-    if not (path / "config.json").is_file() or not weights.is_file():
-        raise ArithsweepError(f"{what}: not a checkpoint folder (it needs config.json and "
-                              "model.safetensors)")
-    meta = (_read(path / "config.json") or {}).get("meta")
-    sha = sha256_file(weights)
-    kept = published_entry(path, sha)
-    name = kept.get("search_name") or (meta.get("search_name") if isinstance(meta, dict)
-                                       else None)
-    row = {"search_name": name, "checkpoint_path": str(path.absolute()), "sha256": sha}
-    return {"checkpoint": str(path.absolute()), "chain": entry_chain(row, searches_root)}
 
 
 def _resumed_minutes(summary: dict) -> str:

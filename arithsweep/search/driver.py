@@ -76,7 +76,7 @@ EntryFinder = Callable[[str], dict]
 search_name, seeds_reached, chain: the commands of the searches that found it); for a
 checkpoint folder only {"checkpoint", "chain"} (the driver verifies it). Raises
 ArithsweepError (one line) for anything else. The CLI builds it from the leaderboard wing
-(`leaderboard.provenance.entry_finder`)."""
+(`leaderboard.entry_lookup.entry_finder`)."""
 
 
 def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = None,
