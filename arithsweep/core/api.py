@@ -117,6 +117,16 @@ def train_job(
     # the loop's own seconds: the full checks and state writes inside it are not training
     train_s = result.train_seconds
     final = full_check(result)
+    # near-miss finishers (TrainConfig finish_*; core/training/finish.py) on the best seed,
+    # judged by the same full check; the keys appear only when a finisher field is on
+    from arithsweep.core.training.finish import finish_best, finishers_on
+
+    finished: dict[str, Any] = {}
+    if finishers_on(train_cfg):
+        finished = {"finished_by": None, "finishers": []}
+        if final < train_cfg.target:
+            finished = finish_best(result, check)
+            final = full_check(result)
     last = result.history[-1] if result.history else None
     # seeds whose last held-out exact match reached the target (the best one is confirmed
     # on the full set): the success rate a user needs to reproduce this architecture
@@ -124,7 +134,8 @@ def train_job(
     reached_n = max(reached_n, int(final >= train_cfg.target))
     sha = result.save_best(out, meta={"final_exact_match": final, "final_problems": what,
                                       "seeds_reached": reached_n,
-                                      "seeds_trained": train_cfg.seeds})
+                                      "seeds_trained": train_cfg.seeds,
+                                      **{k: v for k, v in finished.items() if k != "finishers"}})
     return {
         "task": task.name, "format": task.fmt.name, "params": result.params,
         "architecture": model_cfg.summary(), "seeds": train_cfg.seeds,
@@ -141,7 +152,7 @@ def train_job(
         "examples_per_s": round(result.examples_per_s),
         "device": result.device, "layout": result.layout, "layout_why": result.layout_why,
         "checkpoint": str(out), "sha256": sha,
-        "model": model_cfg.to_dict(), "train": train_cfg.to_dict(),
+        "model": model_cfg.to_dict(), "train": train_cfg.to_dict(), **finished,
     }
 
 

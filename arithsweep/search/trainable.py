@@ -175,6 +175,7 @@ class _Trial:
         rounds = 1 + int(self.const.get("extra_rounds", 1) or 0)
         near = float(self.const.get("near_miss", NEAR_MISS))
         last, first = None, self.round
+        best_round = None  # the round whose best member the finishers get
         for r in range(first, rounds):
             self.round = r
             if r > first:
@@ -192,6 +193,8 @@ class _Trial:
             if r == first and not self.reason and result.history:  # a finished state, replayed
                 self.reason = _saved_reason(ckpt)
             last = result
+            if best_round is None or result.best_em >= best_round.best_em:
+                best_round = result
             self.stop_reason = self.reason or result.stop_reason
             self.step0 += result.steps
             self.seeds_trained += 0 if r else cfg.seeds
@@ -199,13 +202,42 @@ class _Trial:
             self.seeds_reached += sum(1 for e in final if not math.isnan(e) and e >= self.target)
             if self.reason == "reached target" or self.best < self.target - near:
                 break
+        finished = self._finish(best_round)
         self.ts.close()
         row = {"best_em": max(self.best, 0.0), "params": int(self.setup.params),
                "step": self.step0, "stop_reason": self.stop_reason, "rounds": self.round + 1,
                "seeds_trained": self.seeds_trained,
                "seeds_reached": max(self.seeds_reached, int(self.reason == "reached target")),
-               "elapsed": float(last.wall_time) if last is not None else 0.0, "done": 1}
+               "elapsed": float(last.wall_time) if last is not None else 0.0, "done": 1,
+               **finished}
         tune.report(row)
+
+    def _finish(self, result: Any) -> dict[str, Any]:
+        """The near-miss finishers (TrainConfig finish_*, core/training/finish.py) on the best
+        member of a trial that ended below the target but within finish.NEAR_MISS_BAND of it.
+        If one takes it over the line (the same full check as `_on_eval`), the finished model
+        goes to Tune as the trial's checkpoint and the trial has reached the target. Returns
+        {"finished_by": ...} for the last row when the fields are on, else {}."""
+        from arithsweep.core.training.finish import NEAR_MISS_BAND, finish_best, finishers_on
+        from arithsweep.search.trial_state import STATE
+
+        if result is None or not finishers_on(result.train_cfg):
+            return {}
+        if self.reason == "reached target" or not NEAR_MISS_BAND <= self.best < self.target:
+            return {"finished_by": None}
+        done = finish_best(result, self.check)
+        if done["finished_by"] is not None:
+            self.reason = self.stop_reason = "reached target"
+            self.best = max(self.best, float(result.best_em))
+            self.result = result  # what _write_best saves
+            self.row = {"best_em": self.best, "em": float(result.best_em),
+                        "params": int(self.setup.params), "step": self.step0,
+                        "full_em": self.check.value(result),
+                        "finished_by": done["finished_by"]}
+            # a replayed finished round writes no state: the checkpoint then holds best/ alone
+            (self.ts.dir / STATE).mkdir(parents=True, exist_ok=True)
+            self.ts.flush(with_state=True)
+        return {"finished_by": done["finished_by"]}
 
     def _on_eval(self, point: Any, result: Any) -> bool:
         best = max(float(result.best_em), 0.0)
