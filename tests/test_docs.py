@@ -76,7 +76,8 @@ def test_readme_keeps_the_one_command_sections():
     # .ci/run runs this command: it must stay exactly as it is
     tests = text.split("## Tests (one command)", 1)[1]
     assert tests.lstrip().startswith(
-        '```bash\npip install torch==2.13.0 && pip install -e ".[dev]" && python -m pytest -q\n```')
+        '```bash\npip install torch==2.13.0 && pip install -e ".[dev,interp]" '
+        '&& python -m pytest -q\n```')
 
 
 def test_cli_page_lists_every_command_and_option(cli_page):

@@ -235,6 +235,9 @@ def leaderboard(
         title = f"arithsweep leaderboard · {board.where}" + (
             f" + published {folder}/{pub.INDEX}" if shown else "")
         out.print(_board_table(rows, title, bool(shown)))
+        if not all_rows and limit is None and len(rows) < (total := len(pub.merge(
+                board.query(all=True), shown, all=True))):
+            out.print(f"best row per task; --all lists all {total} entries", highlight=False)
         if listed:
             again = shlex.join(["arithsweep", "verify", "--published", str(folder)]
                                + (["--db", db] if db else []))
@@ -259,16 +262,32 @@ def show(
 
 
 def export(
-    entry: str = typer.Argument(None, help="entry id or sha256 prefix (with --markdown: only that entry)"),
+    entry: str = typer.Argument(None, help="entry id or sha256 prefix (with --markdown: only that entry; with --transformer-lens also a checkpoint folder or a published entry's folder name, e.g. add3-51-cdd87c29)"),
     adderboard: Path = typer.Option(None, "--adderboard", help="write an AdderBoard submission .py"),
     check: bool = typer.Option(False, "--check", help="with --adderboard: run AdderBoard's protocol on the written file"),
     markdown: Path = typer.Option(None, "--markdown", help="write the leaderboard table as markdown"),
+    transformer_lens: Path = typer.Option(None, "--transformer-lens", help="write a TransformerLens HookedTransformerConfig (config.json) and state dict (model.safetensors) into this folder, checked against the model first (needs the interp extra)"),
     all_rows: bool = typer.Option(False, "--all", help="with --markdown: every entry"),
     db: str = typer.Option(None, "--db", help=DB_HELP),
 ) -> None:
-    """Export an entry as an AdderBoard submission, or the leaderboard as markdown."""
-    if (adderboard is None) == (markdown is None):
-        raise ArithsweepError("choose one of --adderboard FILE.py (with an ENTRY) or --markdown FILE.md")
+    """Export an entry as an AdderBoard submission or a TransformerLens model, or the
+    leaderboard as markdown."""
+    if sum(o is not None for o in (adderboard, markdown, transformer_lens)) != 1:
+        raise ArithsweepError("choose one of --adderboard FILE.py (with an ENTRY), "
+                              "--transformer-lens DIR (with an ENTRY) or --markdown FILE.md")
+    if transformer_lens is not None:
+        if entry is None:
+            raise ArithsweepError("--transformer-lens needs an ENTRY: an entry id, a sha256 "
+                                  "prefix or a checkpoint folder")
+        check_outputs(dirs={"--transformer-lens": transformer_lens})
+        from arithsweep.leaderboard.transformer_lens_export import export_entry
+
+        res = export_entry(entry, transformer_lens, db)
+        out.print(f"wrote {transformer_lens}/config.json and model.safetensors "
+                  f"(HookedTransformer of {res['task']}, {res['params']} parameters; logits "
+                  f"within {res['check']['max_abs_logit_diff_float64']:.1g} in float64 and the "
+                  f"same greedy answers on {res['check']['problems']} problems)", highlight=False)
+        return
     weights = adderboard.parent / f"{adderboard.stem}_weights" if adderboard else None
     check_outputs(files={"--markdown": markdown, "--adderboard": adderboard},
                   dirs={"--adderboard's weights folder": weights})
