@@ -145,20 +145,20 @@ def test_an_interrupted_abacus_run_resumes_in_process(tmp_path: Path) -> None:
 
     task, m, t = build_configs("add3", None, None, {
         "n_layers": 1, "d_model": 8, "n_heads": 2, "d_ff": 8, "pos": "abacus",
-        "abacus_offset": 3, "steps": 200, "seeds": 2, "eval_every": 50, "eval_size": 256,
+        "abacus_offset": 3, "steps": 120, "seeds": 2, "eval_every": 20, "eval_size": 256,
         "early_stop": False, "layout": "reference", "grokfast_alpha": 0.9,
         "grokfast_lambda": 1.0})
-    whole = train(task, m, t, checkpoint=Checkpointing(tmp_path / "a", every_steps=100))
+    whole = train(task, m, t, checkpoint=Checkpointing(tmp_path / "a", every_steps=50))
 
     def stop_at(step: int, total: int) -> None:
-        if step == 150:
+        if step == 90:
             raise _Killed
 
     with pytest.raises(_Killed):
-        train(task, m, t, on_step=stop_at, checkpoint=Checkpointing(tmp_path / "b", 100))
+        train(task, m, t, on_step=stop_at, checkpoint=Checkpointing(tmp_path / "b", 50))
     state = latest_state(tmp_path / "b")
-    assert state is not None and state.step == 100 and not state.finished
-    again = train(task, m, t, checkpoint=Checkpointing(tmp_path / "b", 100, resume=state))
+    assert state is not None and state.step == 50 and not state.finished
+    again = train(task, m, t, checkpoint=Checkpointing(tmp_path / "b", 50, resume=state))
     for (name, p), q in zip(whole.model.named_parameters(), again.model.parameters()):
         assert torch.equal(p, q), name
     assert [h.exact_match for h in again.history] == [h.exact_match for h in whole.history]

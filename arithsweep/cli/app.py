@@ -29,7 +29,7 @@ app = typer.Typer(
 
 # The one list of commands, in the order `--help` shows them.
 COMMANDS = (
-    run_cmds.train, run_cmds.ask, run_cmds.params, run_cmds.bench,
+    run_cmds.train, run_cmds.finish, run_cmds.ask, run_cmds.params, run_cmds.bench,
     search_cmds.search, search_cmds.spaces, search_cmds.ui,
     board_cmds.verify, board_cmds.leaderboard, board_cmds.show, board_cmds.export,
     board_cmds.publish, inspect_cmds.inspect, ood_cmds.ood,

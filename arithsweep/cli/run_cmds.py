@@ -100,6 +100,32 @@ def train(
     )
 
 
+def finish(
+    checkpoint: Path = typer.Argument(..., help="checkpoint directory of a near miss"),
+    out_dir: Path = typer.Option(..., "--out", "-o", help="where the finished checkpoint goes"),
+    sets: list[str] = typer.Option(None, "--set", help="finisher fields, e.g. --set finish_rounds=3 --set finish_cmaes_evals=2000 (the checkpoint's own train config otherwise)"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Finish a near miss: targeted fine-tuning on its errors mined from the training split,
+    and/or a CMA-ES polish, each kept only if held-out exact match improves."""
+    check_outputs(dirs={"--out": out_dir})
+    from arithsweep.core.api import finish_job
+    from arithsweep.core.overrides import parse_sets
+
+    res = finish_job(checkpoint, out_dir, parse_sets(sets))
+    if as_json:
+        return print_json(res)
+    for r in res["finishers"]:
+        out.print(f"{r['finisher']}: held-out {r['held_out_before']:.4f} -> "
+                  f"{r.get('held_out_after', r['held_out_before']):.4f}, "
+                  f"{'kept' if r['kept'] else 'not kept'}", highlight=False)
+    ok = "[green]reached[/]" if res["reached_target"] else "[red]below[/]"
+    out.print(f"{res['task']} · {res['params']} parameters · {res['final_before']:.5f} -> "
+              f"[bold]{res['final_exact_match']:.5f}[/] on {res['final_problems']} ({ok} "
+              f"target {res['target']}) · finished by {res['finished_by'] or 'none'}\n"
+              f"checkpoint {res['checkpoint']}")
+
+
 def ask(
     checkpoint: Path = typer.Argument(..., help="checkpoint directory"),
     problems: list[str] = typer.Argument(None, help='problems such as "123+456"'),

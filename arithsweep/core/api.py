@@ -22,7 +22,7 @@ from arithsweep.core.config import TrainConfig
 from arithsweep.core.data.tasks import Task, get_task
 from arithsweep.core.errors import ArithsweepError, CheckpointError, ConfigError
 from arithsweep.core.evaluation.confirm import FullCheck
-from arithsweep.core.evaluation.evaluate import greedy_decode
+from arithsweep.core.evaluation.evaluate import exact_match, greedy_decode
 from arithsweep.core.model.checkpoint import load_checkpoint
 from arithsweep.core.model.model import ModelConfig, count_params, param_breakdown
 from arithsweep.core.training.population import train
@@ -194,6 +194,48 @@ def resume_job(out: str | Path, progress: bool = True,
 
 class AlreadyFinished(ArithsweepError):
     """`train --resume` of a run that has nothing left to do."""
+
+
+def finish_job(checkpoint: str | Path, out: str | Path,
+               overrides: dict[str, Any]) -> dict[str, Any]:
+    """The near-miss finishers (core/training/finish.py) on a saved checkpoint: its own train
+    config with `overrides` (finish_rounds, finish_cmaes_evals, ...), judged, as `train` judges
+    them, on the run's held-out evaluation set and its full check's problems (never the
+    verification suite); the result is written to `out` as a new checkpoint."""
+    from arithsweep.core.model.checkpoint import save_checkpoint
+    from arithsweep.core.model.model import ArithTransformer
+    from arithsweep.core.overrides import split_overrides
+    from arithsweep.core.training.finish import finish, finishers_on
+
+    ck = load_checkpoint(checkpoint)
+    m_over, t_over = split_overrides(overrides)
+    if m_over:
+        raise ConfigError(f"finish changes no model field: {', '.join(sorted(m_over))}")
+    base = ck.train_cfg.to_dict() if ck.train_cfg is not None else {}
+    cfg = TrainConfig.from_dict({**base, **t_over})
+    if not finishers_on(cfg):
+        raise ConfigError("no finisher is on: --set finish_rounds=N and/or "
+                          "--set finish_cmaes_evals=N")
+    check = FullCheck(ck.task, cfg.target, cfg.train_digits)
+
+    def full(model) -> float:
+        return float(exact_match(model, ck.task, check.a, check.b, check.op).float().mean())
+
+    before = full(ck.model)
+    done = finish(ck.task, ck.model_cfg, cfg, ck.model.member_state(0),
+                  lambda m: full(m) >= cfg.target)
+    model = ArithTransformer.from_member_state(ck.model_cfg, done.state)
+    final = full(model)
+    sha = save_checkpoint(out, model, ck.task, 0, cfg, {"eval_exact_match": done.held_out},
+                          {**ck.meta, "finished_from": ck.sha256,
+                           "finished_by": done.finished_by, "final_exact_match": final,
+                           "final_problems": check.what})
+    return {"checkpoint": str(Path(out).absolute()), "source": str(ck.path),
+            "source_sha256": ck.sha256, "task": ck.task.name, "params": ck.params,
+            "held_out_before": done.held_out_before, "held_out": done.held_out,
+            "final_before": before, "final_exact_match": final, "final_problems": check.what,
+            "target": cfg.target, "reached_target": final >= cfg.target,
+            "finished_by": done.finished_by, "finishers": done.records, "sha256": sha}
 
 
 def ask_job(checkpoint: str | Path, problems: list[str]) -> dict[str, Any]:

@@ -1,0 +1,68 @@
+"""`arithsweep finish CHECKPOINT --out DIR`: the near-miss finishers on a saved checkpoint.
+
+The add2 fixture's checkpoint is damaged (one weight nudged) so that it misses some problems;
+one round of targeted fine-tuning on its training-split errors is kept only if held-out exact
+match does not fall, and the result is a new checkpoint that loads and says where it came from.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from arithsweep.cli.app import main
+from arithsweep.core.hashing import sha256_file
+from arithsweep.core.model.checkpoint import load_checkpoint
+
+
+def _run(capsys, *args: str) -> tuple[int, str, str]:
+    old, sys.argv = sys.argv, ["arithsweep", *map(str, args)]
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    finally:
+        sys.argv = old
+    o, e = capsys.readouterr()
+    return code, o, e
+
+
+def _nudge(ck) -> None:
+    """Push the checkpoint off its optimum a little (and re-seal its sha256)."""
+    w = load_file(str(ck / "model.safetensors"))
+    name = next(k for k in w if k.endswith("weight") and w[k].dim() == 2)
+    w[name] = w[name] + 0.15 * torch.randn(w[name].shape, generator=torch.Generator()
+                                              .manual_seed(1))
+    save_file(w, str(ck / "model.safetensors"))
+    doc = json.loads((ck / "config.json").read_text())
+    doc["weights_sha256"] = sha256_file(ck / "model.safetensors")
+    (ck / "config.json").write_text(json.dumps(doc))
+
+
+def test_finish_writes_a_finished_checkpoint(ckpt, tmp_path, capsys):
+    _nudge(ckpt)
+    out = tmp_path / "fin"
+    code, o, e = _run(capsys, "finish", ckpt, "--out", out, "--set", "finish_rounds=2",
+                      "--set", "finish_steps=50", "--set", "finish_lr=3e-3",
+                      "--set", "finish_pool=2000", "--json")
+    assert code == 0, e
+    res = json.loads(o)
+    (rec,) = res["finishers"]
+    assert rec["finisher"] == "targeted fine-tuning" and rec["rounds"] >= 1
+    assert res["held_out"] >= res["held_out_before"]  # never kept worse
+    ck = load_checkpoint(out)
+    assert ck.sha256 == res["sha256"] and ck.meta["finished_from"] == res["source_sha256"]
+    assert ck.meta["final_exact_match"] == res["final_exact_match"]
+
+
+def test_finish_without_a_finisher_is_one_line(ckpt, tmp_path, capsys):
+    code, _, e = _run(capsys, "finish", ckpt, "--out", tmp_path / "x")
+    assert code == 2 and "finish_rounds" in e and len(e.strip().splitlines()) == 1
+    code, _, e = _run(capsys, "finish", ckpt, "--out", tmp_path / "x", "--set", "d_model=9",
+                      "--set", "finish_rounds=1")
+    assert code == 2 and "model field" in e and len(e.strip().splitlines()) == 1
+    assert not (tmp_path / "x").exists()
