@@ -207,6 +207,8 @@ def leaderboard(
 
         task = task_name(task)
     board = _open(db, create=False)
+    # a fresh clone (no local entry) lists the whole published board, as LEADERBOARD.md's table
+    all_rows = all_rows or not board.count()
     rows = board.query(task=task, target=target, limit=limit, all=all_rows)  # checks them too
     shown, folder, problem = _published(board, published)
     if problem and not board.count():
