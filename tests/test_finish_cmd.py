@@ -8,27 +8,13 @@ match does not fall, and the result is a new checkpoint that loads and says wher
 from __future__ import annotations
 
 import json
-import sys
 
 import torch
 from safetensors.torch import load_file, save_file
+from test_cli import run  # tests/ is on sys.path (pytest's rootdir import mode)
 
-from arithsweep.cli.app import main
 from arithsweep.core.hashing import sha256_file
 from arithsweep.core.model.checkpoint import load_checkpoint
-
-
-def _run(capsys, *args: str) -> tuple[int, str, str]:
-    old, sys.argv = sys.argv, ["arithsweep", *map(str, args)]
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    finally:
-        sys.argv = old
-    o, e = capsys.readouterr()
-    return code, o, e
 
 
 def _nudge(ck) -> None:
@@ -46,7 +32,7 @@ def _nudge(ck) -> None:
 def test_finish_writes_a_finished_checkpoint(ckpt, tmp_path, capsys):
     _nudge(ckpt)
     out = tmp_path / "fin"
-    code, o, e = _run(capsys, "finish", ckpt, "--out", out, "--set", "finish_rounds=2",
+    code, o, e = run(capsys, "finish", ckpt, "--out", out, "--set", "finish_rounds=2",
                       "--set", "finish_steps=50", "--set", "finish_lr=3e-3",
                       "--set", "finish_pool=2000", "--json")
     assert code == 0, e
@@ -60,9 +46,9 @@ def test_finish_writes_a_finished_checkpoint(ckpt, tmp_path, capsys):
 
 
 def test_finish_without_a_finisher_is_one_line(ckpt, tmp_path, capsys):
-    code, _, e = _run(capsys, "finish", ckpt, "--out", tmp_path / "x")
+    code, _, e = run(capsys, "finish", ckpt, "--out", tmp_path / "x")
     assert code == 2 and "finish_rounds" in e and len(e.strip().splitlines()) == 1
-    code, _, e = _run(capsys, "finish", ckpt, "--out", tmp_path / "x", "--set", "d_model=9",
+    code, _, e = run(capsys, "finish", ckpt, "--out", tmp_path / "x", "--set", "d_model=9",
                       "--set", "finish_rounds=1")
     assert code == 2 and "model field" in e and len(e.strip().splitlines()) == 1
     assert not (tmp_path / "x").exists()

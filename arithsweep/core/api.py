@@ -22,7 +22,7 @@ from arithsweep.core.config import TrainConfig
 from arithsweep.core.data.tasks import Task, get_task
 from arithsweep.core.errors import ArithsweepError, CheckpointError, ConfigError
 from arithsweep.core.evaluation.confirm import FullCheck
-from arithsweep.core.evaluation.evaluate import exact_match, greedy_decode
+from arithsweep.core.evaluation.evaluate import EvalSet, exact_match, greedy_decode
 from arithsweep.core.model.checkpoint import load_checkpoint
 from arithsweep.core.model.model import ModelConfig, count_params, param_breakdown
 from arithsweep.core.training.population import train
@@ -217,9 +217,10 @@ def finish_job(checkpoint: str | Path, out: str | Path,
         raise ConfigError("no finisher is on: --set finish_rounds=N and/or "
                           "--set finish_cmaes_evals=N")
     check = FullCheck(ck.task, cfg.target, cfg.train_digits)
+    every = EvalSet(ck.task, check.a, check.b, check.op, next(ck.model.parameters()).device)
 
-    def full(model) -> float:
-        return float(exact_match(model, ck.task, check.a, check.b, check.op).float().mean())
+    def full(model) -> float:  # the check's problems, encoded once for every call
+        return float(exact_match(model, ck.task, every).float().mean())
 
     before = full(ck.model)
     done = finish(ck.task, ck.model_cfg, cfg, ck.model.member_state(0),
