@@ -86,7 +86,14 @@ def _module_source(mod: Any) -> str:
 
 def submission_source(row: dict[str, Any], weights_dir: str, author: str = "arithsweep") -> str:
     """The text of the submission file for a leaderboard row (an addition task)."""
-    from arithsweep.core import config, config_checks, errors, numbers
+    from arithsweep.core import (
+        config_base,
+        config_checks,
+        errors,
+        model_config,
+        numbers,
+        train_config,
+    )
     from arithsweep.core.data import formats, sampling, tasks
     from arithsweep.core.model import layers, model, weights
 
@@ -120,7 +127,9 @@ def submission_source(row: dict[str, Any], weights_dir: str, author: str = "arit
              "# ---------------------------------------------------------------- configs",
              _module_source(numbers),
              _module_source(config_checks),
-             _module_source(config),
+             _module_source(config_base),
+             _module_source(model_config),
+             _module_source(train_config),
              "# ---------------------------------------------------------------- sampling",
              _module_source(sampling),
              "# ---------------------------------------------------------------- formats",
