@@ -285,6 +285,8 @@ def test_the_tiny_layout_names_the_looped_mix():
     ({"qk_from_tokens": True}, "qk_from_tokens"),  # no d_embed: the tokens are the stream
     ({"qk_from_tokens": 1, "d_embed": 2}, "qk_from_tokens"),
     ({"mlp_down": "up_t_scaled", "d_ff": 0}, "mlp_down"),
+    # one coordinate has no pair to turn (was a ZeroDivisionError at the first step)
+    ({"d_head": 1, "d_vhead": 1, "pos": "none", "qk_norm": "none"}, "tie_k"),
 ])
 def test_a_bad_value_is_one_line_naming_its_field(kw, field):
     with pytest.raises(ConfigError) as e:

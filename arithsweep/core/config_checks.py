@@ -1,7 +1,8 @@
 """The checks and labels of `ModelConfig`'s frontier options and `TrainConfig`'s list fields.
 
-Kept beside `arithsweep.core.config` (which calls them from its `__post_init__`s and
-`summary`) so that the dataclasses read as their fields and defaults; torch-free like it.
+Kept beside `arithsweep.core.model_config` and `train_config` (which call them from their
+`__post_init__`s and `summary`) so that the dataclasses read as their fields and defaults;
+torch-free like them.
 
     python -c "from arithsweep.core.config_checks import check_stages; \
         print(check_stages([[2000, 3], [7000, 6]]))"
@@ -41,6 +42,8 @@ def check_frontier(cfg, need) -> None:
         need(not (cfg.tie_kv or cfg.tie_v), "v_from_tokens",
              "V reads the token part only, so it cannot be tied to K or Q")
     if cfg.tie_k == "rotated":
+        need(cfg.qk_head >= 2, "tie_k",
+             f"rotated turns pairs of K's coordinates: it needs d_head >= 2 (got {cfg.qk_head})")
         need(cfg.qk_head % 2 == 0 or cfg.rope_pairs == "interleaved", "tie_k",
              f"rotated needs an even d_head, or rope_pairs interleaved to leave the last "
              f"coordinate unturned (got d_head {cfg.qk_head}, pairs {cfg.rope_pairs})")
