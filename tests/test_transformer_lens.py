@@ -194,7 +194,7 @@ def test_entry_names_a_folder_a_published_entry_or_a_local_one(tmp_path):
     for key in (EXPORTABLE[0], str(entry["id"]), entry["sha256"][:8]):
         assert tle.resolve(key, db) == want, key
     assert tle.resolve(str(PUBLISHED / EXPORTABLE[0]), db) == PUBLISHED / EXPORTABLE[0]
-    with pytest.raises(tle.ArithsweepError, match="names no checkpoint folder"):
+    with pytest.raises(tle.ArithsweepError, match="neither a checkpoint directory"):
         tle.resolve("no-such-entry", db)
 
 

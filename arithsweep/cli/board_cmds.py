@@ -5,7 +5,9 @@ through SQLAlchemy only, and the published board's entries.json with hashlib), s
 in well under a second; `verify` and `export --adderboard` load weights and import torch
 inside the command. `leaderboard` lists the local database's entries and those published
 beside it (leaderboard/entries.json, each checked by sha256), told apart by their source;
-`verify --published` re-verifies every published one into the local database.
+`verify --published` re-verifies every published one into the local database. `show` takes
+a published entry's id too (entry_lookup.entry_row, the lookup of `inspect`, `ood` and
+`search --from-entry`: the local database's entry first).
 
     arithsweep verify runs/add3/best --record
     arithsweep verify --published leaderboard
@@ -249,18 +251,34 @@ def leaderboard(
 
 
 def show(
-    entry: str = typer.Argument(..., help="entry id or sha256 prefix"),
+    entry: str = typer.Argument(..., help="entry id or sha256 prefix, or a published checkpoint folder's name (add3-51-cdd87c29): the local database's entry when it holds one, else the published one in entries.json beside it (as export --transformer-lens takes it)"),
     db: str = typer.Option(None, "--db", help=DB_HELP),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Everything about one entry: configs, breakdowns, checkpoint, MLflow run, reproduce command."""
+    """Everything about one entry: configs, breakdowns, checkpoint, MLflow run, reproduce
+    command; for a published entry what its publication holds, marked published."""
     from arithsweep.cli import render as tables
+    from arithsweep.leaderboard.entry_lookup import entry_row
 
-    row = _open(db, create=False).get(entry)
+    row = entry_row(entry, db)
     if as_json:
-        print_json(row)
-    else:
-        out.print(tables.entry_detail(row))
+        return print_json(row)
+    if row["source"] != "published":
+        return out.print(tables.entry_detail(row))
+    from arithsweep.leaderboard.published import source_cell
+
+    # a publication holds no recording date, and a failing checkpoint no rank: "-", not None
+    out.print(tables.entry_detail({**row, "rank": row.get("rank") or "-",
+                                   "created_at": row.get("created_at") or "-"}))
+    missing = [w for k, w in (("breakdown", "breakdowns"), ("failures", "failure list"))
+               if not row.get(k) and (k != "failures" or row.get("n_failures"))]
+    bad = row.get("sha256_ok") is False
+    out.print(f"[{'bold red' if bad else 'bold'}]source: {source_cell(row)}[/] "
+              f"({row['index']}; weights {row.get('status')}); figures as published, not "
+              f"measured here; seeds reached {row.get('seeds_reached') or '-'}"
+              + (f"; not in the publication: {', '.join(missing)}" if missing else "")
+              + f"; re-measure with: arithsweep verify {row.get('checkpoint_path')}",
+              highlight=False)
 
 
 def export(

@@ -6,12 +6,12 @@ answer position on held-out problems (all problems for small tasks); draws them 
 torch and matplotlib are imported inside the command.
 
     arithsweep inspect 1 "12+34"                      # leaderboard entry 1
+    arithsweep inspect 34 "123+456" --no-png          # a published entry (leaderboard/entries.json)
     arithsweep inspect runs/add3/best "123+456" --png add3.png --json
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -22,20 +22,9 @@ from arithsweep.cli.common import DB_HELP, check_outputs, out, print_json, table
 from arithsweep.core.errors import ArithsweepError
 
 
-def _resolve(target: str, db: str | None) -> tuple[Path, dict[str, Any] | None]:
-    """A checkpoint directory as given, or the checkpoint of a leaderboard entry (id or sha256
-    prefix, as `show` takes)."""
-    path = Path(target).expanduser()
-    if path.exists():
-        return path, None
-    key = target.strip().lower().removeprefix("sha256:")
-    if key.isdigit() or (len(key) >= 6 and re.fullmatch(r"[0-9a-f]+", key)):
-        from arithsweep.leaderboard.board import open_db
-
-        row = open_db(db, create=False).get(target)
-        return Path(row["checkpoint_path"]), row
-    raise ArithsweepError(f"{target!r} is neither a checkpoint directory nor a leaderboard entry "
-                          "id or sha256 prefix (6+ hex digits)")
+def _entry(row: dict[str, Any]) -> str:
+    """"entry 3", or "published entry 34" for one from entries.json."""
+    return ("published " if row.get("source") == "published" else "") + f"entry {row['id']}"
 
 
 def _top_keys(res: dict[str, Any]) -> Table:
@@ -90,7 +79,7 @@ def _print(res: dict[str, Any], views: dict[str, Any], png: Path | None, what: s
 
 
 def inspect(
-    target: str = typer.Argument(..., metavar="ENTRY|CHECKPOINT", help="leaderboard entry id or sha256 prefix, or a checkpoint directory"),
+    target: str = typer.Argument(..., metavar="ENTRY|CHECKPOINT", help="leaderboard entry id or sha256 prefix (the local database's entry when it holds one, else the published one in entries.json beside it), a published checkpoint folder's name, or a checkpoint directory"),
     problem: str = typer.Argument(..., help='one problem of the model\'s task, e.g. "123+456"'),
     png: Path = typer.Option(None, "--png", help="where to draw the picture (default ./inspect-<task>.png)"),
     no_png: bool = typer.Option(False, "--no-png", help="draw nothing"),
@@ -106,7 +95,9 @@ def inspect(
         raise ArithsweepError(f"--problems {n}: must be at least 1")
     if png is not None and png.suffix.lower() != ".png":
         raise ArithsweepError(f"--png {png}: the picture is a PNG; give a path ending in .png")
-    path, row = _resolve(target, db)
+    from arithsweep.leaderboard.entry_lookup import entry_checkpoint
+
+    path, row = entry_checkpoint(target, db)
     from arithsweep.core.evaluation.inspect import accuracy_views, draw, inspect_problem
     from arithsweep.core.model.checkpoint import load_checkpoint
 
@@ -118,12 +109,13 @@ def inspect(
     check_outputs(files={"--png": dest})  # the default name needs the task: after loading
     res = inspect_problem(ck.model, ck.task, problem, member=member)
     views = accuracy_views(ck.model, ck.task, n=n, member=member)
-    what = (f"entry {row['id']} · " if row else "") + f"{ck.params} parameters · {ck.path}"
+    what = (f"{_entry(row)} · " if row else "") + f"{ck.params} parameters · {ck.path}"
     if dest is not None:
         draw(res, dest, views, title=f"{res['task']} · {res['problem']} · {ck.params} parameters"
-             + (f" · entry {row['id']}" if row else ""))
+             + (f" · {_entry(row)}" if row else ""))
     if as_json:
         return print_json({"checkpoint": str(ck.path), "entry": row["id"] if row else None,
+                           "source": row["source"] if row else None,
                            "params": ck.params, "png": str(dest) if dest else None,
                            **res, "views": views})
     _print(res, views, dest, what)

@@ -1,9 +1,10 @@
 """`arithsweep ood`: length generalisation of one model, as a digits-of-a x digits-of-b grid.
 
-Takes a leaderboard entry (id or sha256 prefix, resolved like `show`) or a checkpoint
-directory, evaluates exact match per cell with `arithsweep.core.evaluation.ood.ood_grid` (torch is
-imported inside the command), prints a Rich table or --json, optionally writes a heatmap PNG,
-and logs that PNG to the model's MLflow run when it has one and the tracking store exists.
+Takes a leaderboard entry (id or sha256 prefix, the local database's or else a published one,
+resolved like `show`) or a checkpoint directory, evaluates exact match per cell with
+`arithsweep.core.evaluation.ood.ood_grid` (torch is imported inside the command), prints a
+Rich table or --json, optionally writes a heatmap PNG, and logs that PNG to the model's MLflow
+run when it has one and the tracking store exists.
 `--loops` with a comma list sweeps a looped model's test-time recurrences instead: one grid per
 loop count on the same problems, compared on the n x n diagonal (a table, a curve PNG).
 
@@ -27,18 +28,12 @@ from arithsweep.core.errors import ArithsweepError
 
 
 def _resolve(target: str, db: str | None) -> tuple[Path, str | None]:
-    """(checkpoint dir, MLflow run id or None) for a checkpoint path or a leaderboard entry."""
-    p = Path(target).expanduser()
-    if p.exists():
-        return p, None
-    from arithsweep.leaderboard.board import open_db
+    """(checkpoint dir, MLflow run id or None) for a checkpoint path or a leaderboard entry
+    (local, else published: entry_lookup.entry_checkpoint, as `inspect` resolves it)."""
+    from arithsweep.leaderboard.entry_lookup import entry_checkpoint
 
-    try:
-        row = open_db(db, create=False).get(target)
-    except ArithsweepError as e:
-        raise ArithsweepError(f"{target!r} is neither a checkpoint directory nor a leaderboard "
-                              f"entry ({e})") from None
-    return Path(row["checkpoint_path"]), row.get("mlflow_run_id")
+    path, row = entry_checkpoint(target, db)
+    return path, (row or {}).get("mlflow_run_id")
 
 
 def _log_png(run_id: str | None, png: Path, uri: str | None) -> str | None:
@@ -153,7 +148,7 @@ def _sweep(ck: Any, counts: list[int], max_digits: int, per_cell: int, seed: int
 
 
 def ood(
-    target: str = typer.Argument(..., metavar="ENTRY|CHECKPOINT", help="leaderboard entry (id or sha256 prefix) or checkpoint directory"),
+    target: str = typer.Argument(..., metavar="ENTRY|CHECKPOINT", help="leaderboard entry (id or sha256 prefix: the local database's entry when it holds one, else the published one in entries.json beside it), a published checkpoint folder's name, or a checkpoint directory"),
     max_digits: int = typer.Option(None, "--max-digits", "-m", help="test operands up to M digits (default: twice the trained length, at least the task's)"),
     loops: str = typer.Option(None, "--loops", help="recurrences at test time for a looped model (default: as trained); a comma list (1,2,4,8) compares them"),
     per_cell: int = typer.Option(200, "--per-cell", help="held-out problems per cell (fewer where a cell has fewer)"),

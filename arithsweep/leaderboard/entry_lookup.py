@@ -1,12 +1,14 @@
-"""Find a board entry for `arithsweep search --from-entry ID_OR_PATH`: the local database first,
-then the published `leaderboard/entries.json` (weights checked by sha256), or a checkpoint
-folder; with the chain of search commands that led to it (`provenance.entry_chain`).
+"""Find a board entry by id, sha256 prefix or published folder name: the local database first,
+then the published `leaderboard/entries.json` beside it (weights checked by sha256). `entry_row`
+is the one lookup `arithsweep show`, `inspect`, `ood` and `search --from-entry ID_OR_PATH` use
+(`board_entry`: with the chain of search commands that led to it, `provenance.entry_chain`);
+`entry_checkpoint` the checkpoint folder `inspect` and `ood` load. No torch.
 
 Apart from provenance.py so that provenance (read by verify) never imports the published
 board, which imports verify to re-verify: the import graph stays a tree.
 
-    from arithsweep.leaderboard.entry_lookup import board_entry
-    print(board_entry("44")["params"])
+    from arithsweep.leaderboard.entry_lookup import board_entry, entry_row
+    print(board_entry("44")["params"], entry_row("34")["source"])
 """
 
 from __future__ import annotations
@@ -26,37 +28,109 @@ def entry_finder(db_url: str | None = None, searches_root: str | Path | None = "
     return lambda ref: board_entry(ref, db_url, searches_root)
 
 
+class NotAnEntry(ArithsweepError):
+    """A reference that cannot name an entry: no id, sha256 prefix or published folder name."""
+
+
+class NoSuchEntry(ArithsweepError):
+    """A well-formed reference that neither the local database nor the published index holds;
+    `places` names both ("X nor in Y")."""
+
+    def __init__(self, message: str, places: str) -> None:
+        super().__init__(message)
+        self.places = places
+
+
+def _key(ref: str) -> str | None:
+    """An id (digits) or a sha256 prefix (6-64 hex digits, "sha256:" allowed), lower-cased."""
+    key = str(ref).strip().lower().removeprefix("sha256:")
+    return key if key.isdigit() or re.fullmatch(r"[0-9a-f]{6,64}", key) else None
+
+
+def entry_row(ref: str, db_url: str | None = None, what: str | None = None) -> dict[str, Any]:
+    """The leaderboard row REF names, as `export --transformer-lens` resolves it: an entry id
+    or sha256 prefix the local database holds is its entry (the local database comes first,
+    also when the published board has the same id), else one the published entries.json
+    beside the database holds, or a published checkpoint folder's name (add3-51-cdd87c29).
+    A local row is marked source "local"; a published one source "published" with its
+    weights' sha256 checked now (sha256_ok, status: a failing one is returned, never hidden;
+    the caller decides), its rank on the board `arithsweep leaderboard` lists, its "seeds
+    reached" and `index` (the entries.json it is in). Raises NotAnEntry, NoSuchEntry or an
+    ambiguity (`what` names REF in it), each one line."""
+    from arithsweep.leaderboard import published as pub
+    from arithsweep.leaderboard.board import open_db
+
+    text = str(ref).strip()
+    what = what or repr(text)
+    key = _key(text)
+    db = open_db(db_url, create=False)
+    try:
+        local = db.query(all=True)
+        row = _pick(what, local, key, db.where) if key else None
+    finally:
+        db.close()
+    if row is not None:
+        return pub.as_local([row])[0]
+    folder = pub.default_folder(db.url)
+    index = f"{pub.label(folder)}/{pub.INDEX}"
+    shown = pub.published_rows(folder)
+    if key:
+        row = _pick(what, shown, key, index)
+    else:
+        row = next((dict(r) for r in shown if Path(r["checkpoint_path"]).name == text), None)
+        if row is None:
+            raise NotAnEntry(f"{what} is neither an entry id, a sha256 prefix (6+ hex digits) "
+                             "nor a published checkpoint folder's name")
+    if row is None:
+        raise NoSuchEntry(f"no leaderboard entry {what} in {db.where} nor in {index}",
+                          f"{db.where} nor in {index}")
+    ranks = {r.get("sha256"): r["rank"] for r in pub.merge(local, shown, all=True)
+             if r["source"] == "published"}
+    seeds = {e["sha256"]: e.get("seeds_reached") for e in pub.read_index(folder)}
+    return {**row, "rank": ranks.get(row["sha256"]), "seeds_reached": seeds.get(row["sha256"]),
+            "index": index}
+
+
+def entry_checkpoint(target: str, db_url: str | None = None) -> tuple[Path, dict | None]:
+    """(checkpoint folder, its row or None) for `arithsweep inspect` and `ood`: TARGET itself
+    when it exists, else the checkpoint of the entry `entry_row` finds. A published entry
+    whose weights fail their sha256 check is refused (one line)."""
+    path = Path(target).expanduser()
+    if path.exists():
+        return path, None
+    try:
+        row = entry_row(target, db_url)
+    except NotAnEntry:
+        raise ArithsweepError(f"{target!r} is neither a checkpoint directory nor a leaderboard "
+                              "entry (id, sha256 prefix of 6+ hex digits, or a published "
+                              "checkpoint folder's name)") from None
+    if row["source"] == "published" and not row.get("sha256_ok"):
+        raise ArithsweepError(f"published entry {row.get('id')}'s weights fail their check "
+                              f"({row.get('status')}): {row.get('checkpoint_path')}")
+    return Path(row["checkpoint_path"]), row
+
+
 def board_entry(ref: str, db_url: str | None = None,
                 searches_root: str | Path | None = "searches") -> dict[str, Any]:
     """What `arithsweep search --from-entry REF` starts from. A folder: {"checkpoint",
     "chain"} (the search verifies it before it trusts it). Otherwise an entry id or sha256
-    prefix, looked up in the local database, then in the published entries.json beside it
-    (its weights' sha256 checked): the entry's figures, configs, checkpoint folder, seeds and
-    `entry_chain`. Anything else is one ArithsweepError line."""
+    prefix, looked up by `entry_row` (the local database, then the published entries.json
+    beside it, its weights' sha256 checked): the entry's figures, configs, checkpoint folder,
+    seeds and `entry_chain`. Anything else is one ArithsweepError line."""
     text = str(ref).strip()
     what = f"--from-entry {text}"
     path = Path(text).expanduser()
     if text and path.exists():
         return _folder_entry(what, path, searches_root)
-    key = text.lower().removeprefix("sha256:")
-    if not key.isdigit() and not re.fullmatch(r"[0-9a-f]{6,64}", key):
+    if _key(text) is None:
         raise ArithsweepError(f"{what}: neither a leaderboard entry id, a sha256 prefix (6+ hex "
                               "digits) nor a checkpoint folder")
-    from arithsweep.leaderboard.board import open_db
-    from arithsweep.leaderboard.published import default_folder, label, published_rows
-
-    db = open_db(db_url, create=False)
     try:
-        row = _pick(what, db.query(all=True), key, db.where)
-    finally:
-        db.close()
-    if row is None:
-        folder = default_folder(db.url)
-        index = f"{label(folder)}/entries.json"
-        row = _pick(what, published_rows(folder), key, index)
-        if row is None:
-            raise ArithsweepError(f"{what}: no such entry in {db.where} nor in {index}, and no "
-                                  "checkpoint folder of that name")
+        row = entry_row(text, db_url, what)
+    except NoSuchEntry as e:
+        raise ArithsweepError(f"{what}: no such entry in {e.places}, and no checkpoint folder "
+                              "of that name") from None
+    if row["source"] == "published":
         if not row.get("sha256_ok"):
             raise ArithsweepError(f"{what}: published entry {row.get('id')}'s weights fail "
                                   f"their check ({row.get('status')})")
@@ -72,9 +146,11 @@ def board_entry(ref: str, db_url: str | None = None,
 
 
 def _pick(what: str, rows: list[dict[str, Any]], key: str, where: str) -> dict | None:
-    """The one row whose id is `key` (digits) or whose sha256 starts with it; None if none."""
-    hits = [r for r in rows if (str(r.get("id")) == key if key.isdigit()
-                                else str(r.get("sha256") or "").startswith(key))]
+    """The one row whose id is `key` (digits), else whose sha256 starts with it (6+ hex
+    digits, all-digit prefixes too); None if none."""
+    hits = [r for r in rows if key.isdigit() and str(r.get("id")) == key]
+    if not hits and len(key) >= 6:
+        hits = [r for r in rows if str(r.get("sha256") or "").startswith(key)]
     if len({r.get("sha256") for r in hits}) > 1:
         ids = ", ".join(str(r.get("id")) for r in hits)
         raise ArithsweepError(f"{what} is ambiguous in {where} (entries {ids}); give more of "

@@ -365,34 +365,12 @@ def export_checkpoint(path: str | Path, out_dir: str | Path, check: bool = True,
 
 
 def resolve(entry: str, db: str | None = None) -> Path:
-    """The checkpoint folder ENTRY names: a folder itself, a published entry (its folder name
-    under leaderboard/checkpoints/, id or sha256 prefix in entries.json; an id or prefix the
-    local database holds is the database's entry) or a local entry."""
-    from arithsweep.leaderboard import published as pub
-    from arithsweep.leaderboard.board import open_db
+    """The checkpoint folder ENTRY names: a folder itself, else the entry `show`, `inspect` and
+    `ood` find (entry_lookup: the local database first, then the published entries.json, a
+    published entry's weights sha256-checked)."""
+    from arithsweep.leaderboard.entry_lookup import entry_checkpoint
 
-    if Path(entry).expanduser().is_dir():
-        return Path(entry).expanduser()
-    board = open_db(db, create=False)
-    folder = pub.default_folder(board.url)
-    rows = pub.read_index(folder)
-    named, local = [e for e in rows if Path(e["checkpoint"]).name == entry], None
-    if not named and board.exists:
-        try:
-            return Path(board.get(entry)["checkpoint_path"])
-        except ArithsweepError as e:  # not a local entry: perhaps a published one
-            local = e
-    key = entry.strip().lower().removeprefix("sha256:")
-    named = named or [e for e in rows if str(e.get("id")) == key
-                      or (len(key) >= 6 and e["sha256"].startswith(key))]
-    if not named and local is not None and "ambiguous" in str(local):
-        raise local
-    if len(named) != 1:
-        what = "is ambiguous among" if named else "names no checkpoint folder, no entry in"
-        raise ArithsweepError(f"{entry!r} {what} {board.where} or {pub.label(folder)}/"
-                              f"{pub.INDEX}" + ("" if named else " (give an entry id, a sha256 "
-                                                "prefix or a checkpoint folder)"))
-    return folder / named[0]["checkpoint"]
+    return entry_checkpoint(entry, db)[0]
 
 
 def export_entry(entry: str, out_dir: str | Path, db: str | None = None) -> dict[str, Any]:
