@@ -243,3 +243,21 @@ def test_train_job_speed_leaves_out_the_final_check_it_did_not_train_through(mon
     assert 0 < out["train_seconds"] < 1000
     eps, sec = out["examples_per_s"], out["train_seconds"]  # sec is rounded to 0.01 s
     assert eps * (sec - 0.006) <= 20 * 128 <= eps * (sec + 0.006)
+
+
+def test_the_final_check_of_a_big_task_has_verifications_mix():
+    """Mostly full-length operands, as suite v2: a check uniform over operand lengths (9 in
+    10 add10 operands shorter than 10 digits) passed a finished seed at 99.14% that verified
+    at 97.88%. Distinct held-out problems, and the same ones on every call."""
+    from arithsweep.core.evaluation.confirm import FULL_EVAL_SAMPLE, final_problems
+
+    task = get_task("add10")
+    a, b, op, what = final_problems(task)
+    assert a.numel() == FULL_EVAL_SAMPLE and what == f"{FULL_EVAL_SAMPLE:,} held-out problems"
+    full = ((a >= 10**9) & (b >= 10**9)).float().mean().item()
+    assert 0.55 < full < 0.75  # 3/4 of 0.9^2 values-uniform, a little from the lengths quarter
+    assert bool(task.is_holdout(a, b, op).all())
+    assert torch.unique(torch.stack([a, b, op], 1), dim=0).shape[0] == a.numel()
+    assert torch.equal(final_problems(task)[0], a)
+    short = final_problems(task, max_len=4)[0]
+    assert int(short.max()) < 10**4 and (short >= 1000).float().mean() > 0.6

@@ -42,7 +42,12 @@ def eval_problems(task: Task, n: int, max_len: int | None = None,
     checks: min(n, held-out problems of the task) of them (add2 has only ~650). `max_len`
     (TrainConfig.train_digits) keeps operands as short as training's, so that choosing the
     best seed never looks at the longer problems a length-generalisation test measures."""
-    gen = torch.Generator().manual_seed(EVAL_SEED)
+    return _values_and_lengths(task, n, torch.Generator().manual_seed(EVAL_SEED), max_len)
+
+
+def _values_and_lengths(task: Task, n: int, gen: torch.Generator, max_len: int | None,
+                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """n distinct held-out problems: 3/4 uniform over values, 1/4 over operand lengths."""
     most = (3 * n) // 4
     first = task.sample(most, gen, "values", max_len, split="holdout")
     # the quarter draws past the first part's problems, and tops it up when that fell short
@@ -74,16 +79,21 @@ def eval_size_of(result: Any) -> int:
 def final_problems(task: Task, max_len: int | None = None,
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, str]:
     """The problems a finished run is checked on, and a phrase saying which. `max_len`
-    (TrainConfig.train_digits): only operands that short, as the run was trained on."""
+    (TrainConfig.train_digits): only operands that short, as the run was trained on.
+
+    A sample has verification's mix (mostly uniform over values, a quarter over operand
+    lengths), not operand lengths alone: suite v2 is ~90% full-length problems, and on a check
+    of uniform lengths (half its add10 problems shorter than 6 digits) a finished tbukic-44
+    seed passed at 99.14% and then verified at 97.88%."""
     if max_len is not None and max_len < task.n_digits:
-        gen = torch.Generator().manual_seed(FULL_EVAL_SEED)
-        a, b, op = task.sample(FULL_EVAL_SAMPLE, gen, "uniform", max_len, split="holdout")
+        a, b, op = _values_and_lengths(task, FULL_EVAL_SAMPLE,
+                                       torch.Generator().manual_seed(FULL_EVAL_SEED), max_len)
         return a, b, op, f"{a.numel():,} held-out problems of <= {max_len} digits"
     if task.n_problems <= FULL_EVAL_MAX:
         return (*task.enumerate_all(), f"all {task.n_problems:,} problems")
-    gen = torch.Generator().manual_seed(FULL_EVAL_SEED)
-    return (*task.sample(FULL_EVAL_SAMPLE, gen, "uniform", split="holdout"),
-            f"{FULL_EVAL_SAMPLE:,} held-out problems")
+    a, b, op = _values_and_lengths(task, FULL_EVAL_SAMPLE,
+                                   torch.Generator().manual_seed(FULL_EVAL_SEED), None)
+    return a, b, op, f"{a.numel():,} held-out problems"
 
 
 # a task with at most this many problems is confirmed on all of them at every new best that
