@@ -109,8 +109,8 @@ def test_the_entry_maps_onto_the_space_and_unmapped_keys_are_named(board):
     micro = load_space("microadder")
     m = map_entry(micro, values, "add3")
     assert (m["params"], m["unmapped"], m["differs"]) == (51, [], [])
-    assert m["point"] == {"model.d_head": 2, "model.mlp_down": "head",
-                          "train.lr": values["train.lr"]}
+    assert m["point"] == {"model.d_model": 5, "model.d_head": 2, "model.mlp_down": "head",
+                          "model.norm_weight": "vector", "train.lr": values["train.lr"]}
     # a space without the entry's d_head: the key is named, the rest still maps
     text = micro.path.read_text().replace("d_head: {choice: [2, 4]}", "d_head: {choice: [4]}")
     narrow = parse_space(text, "narrow.yaml")

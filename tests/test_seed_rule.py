@@ -12,7 +12,13 @@ from arithsweep.core.errors import ConfigError
 from arithsweep.search.shrink import _full_config
 from arithsweep.search.space_fields import seeds_for
 from arithsweep.search.spaces import load_space, parse_space
-from arithsweep.search.trial import CONST_KEY, SEED_RULE, build_trial, describe_trial
+from arithsweep.search.trial import (
+    CONST_KEY,
+    SEED_RULE,
+    STEPS_RULE,
+    build_trial,
+    describe_trial,
+)
 
 SPACE = """
 name: rule
@@ -33,11 +39,15 @@ def test_first_matching_row_wins_at_the_boundaries():
 
 
 def test_shipped_add_spaces_use_the_starting_rule():
-    for name in ("microadder", "adderboard"):
-        space = load_space(name)
-        assert space.seed_rule == RULE
-        assert space.seed_rule_line == "train.seeds by params: 8 from 60 p, 32 from 50 p, 64 below"
-        assert "train.seeds" not in {p.name for p in space.params}  # never sampled
+    space = load_space("adderboard")
+    assert space.seed_rule == RULE
+    assert space.seed_rule_line == "train.seeds by params: 8 from 60 p, 32 from 50 p, 64 below"
+    assert "train.seeds" not in {p.name for p in space.params}  # never sampled
+    # microadder's sub-50 proposals train 40K steps: 32 seeds there, not 64
+    micro = load_space("microadder")
+    assert micro.seed_rule == ((60, 8), (0, 32))
+    assert micro.steps_rule == ((50, 25000), (0, 40000))
+    assert not {"train.seeds", "train.steps"} & {p.name for p in micro.params}
 
 
 def _trial(space, point, rule=True, task="add3"):
@@ -82,7 +92,7 @@ def test_without_the_rule_in_the_constants_the_default_stands():
     ("{by_params: [[60, 8.5], [0, 4]]}", "row 1 [60, 8.5]"),
     ("{by_params: [[60, 0], [0, 4]]}", "seeds in 1..1024"),
     ("{by_params: [[-1, 4]]}", "min_params must be >= 0"),
-    ("{by_params: [[0, 4]], when: {lr: 0.01}}", "a seed rule takes only by_params (got when)"),
+    ("{by_params: [[0, 4]], when: {lr: 0.01}}", "a size rule takes only by_params (got when)"),
 ])
 def test_a_malformed_rule_is_one_error_naming_file_and_key(value, why):
     with pytest.raises(ConfigError) as err:
@@ -92,7 +102,27 @@ def test_a_malformed_rule_is_one_error_naming_file_and_key(value, why):
     assert "\n" not in msg
 
 
-def test_the_rule_is_for_train_seeds_only():
+def test_the_rule_is_for_train_seeds_and_steps_only():
     with pytest.raises(ConfigError, match=r"bad.yaml: train.lr: by_params is a rule for "
-                                          r"train.seeds only"):
+                                          r"train.seeds and train.steps only"):
         parse_space("name: bad\ntrain:\n  lr: {by_params: [[0, 4]]}\n", "bad.yaml")
+
+
+def test_a_steps_rule_sets_steps_from_the_size_and_trial_steps_overrides_it():
+    space = parse_space(SPACE.replace("  lr: 0.01\n", "  lr: 0.01\n  steps: {by_params: "
+                                      "[[600, 100], [0, 300]]}\n"), "rule.yaml")
+    assert space.steps_rule == ((600, 100), (0, 300))
+    assert space.size_rule_lines[1] == "train.steps by params: 100 from 600 p, 300 below"
+    assert "train.steps" not in {p.name for p in space.params}
+
+    def trial(d_ff, steps=None):
+        config = _trial(space, {"model.d_ff": d_ff})
+        config[CONST_KEY].update({STEPS_RULE: [list(r) for r in space.steps_rule],
+                                  "steps": steps})
+        return build_trial(config)
+
+    assert trial(0).train_cfg.steps == 300 and trial(16).train_cfg.steps == 100
+    assert trial(0, steps=7).train_cfg.steps == 7  # --trial-steps is the user's: it wins
+    with pytest.raises(ConfigError, match=r"train.steps: by_params row 1 \[0, 0\]: "
+                                          r"min_params must be >= 0 and steps in 1\.\."):
+        parse_space("name: bad\ntrain:\n  steps: {by_params: [[0, 0]]}\n", "bad.yaml")

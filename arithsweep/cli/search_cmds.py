@@ -167,11 +167,12 @@ def spaces(as_json: bool = typer.Option(False, "--json")) -> None:
     items = list_spaces()
     if as_json:
         return print_json([{"name": s.name, "description": s.description, "path": str(s.path),
-                       "dimensions": s.dimensions, "seed_rule": s.seed_rule_line}
+                       "dimensions": s.dimensions, "seed_rule": s.seed_rule_line,
+                       "size_rules": s.size_rule_lines}
                       for s in items])
     for s in items:
         out.print(f"[bold]{s.name}[/]  {s.description}  [dim]{s.path}[/]")
-        for d in [*s.dimensions, *([s.seed_rule_line] if s.seed_rule_line else [])]:
+        for d in [*s.dimensions, *s.size_rule_lines]:
             out.print(f"    {d}")
 
 

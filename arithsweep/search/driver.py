@@ -269,6 +269,7 @@ def _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri, experime
         CONST_KEY,
         SEED_RULE,
         SEED_SCHEME,
+        STEPS_RULE,
         ProposalSizer,
         describe_trial,
     )
@@ -297,6 +298,8 @@ def _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri, experime
              "near_miss": opts.near_miss, "seed_scheme": SEED_SCHEME}
     if space.seed_rule:  # how many seeds a proposal trains, by its size (trial.build_trial)
         const[SEED_RULE] = [list(row) for row in space.seed_rule]
+    if space.steps_rule:  # ... and how many steps (unless --trial-steps fixes them)
+        const[STEPS_RULE] = [list(row) for row in space.steps_rule]
     search = searcher.ConstrainedOptunaSearch(
         space.ray_define_by_run(), target=target, study_name=name, storage_url=optuna_url,
         sizer=ProposalSizer(const), seed=opts.seed, start=space.start,

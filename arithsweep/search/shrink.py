@@ -180,6 +180,12 @@ def map_entry(space: Space, values: dict[str, Any], task: str) -> dict[str, Any]
         built = {**{f"model.{k}": v for k, v in setup.model_cfg.to_dict().items()
                     if k not in ("vocab_size", "n_ctx")},
                  **{f"format.{k}": v for k, v in vars(setup.task.fmt).items()}}
+        # a width left to its default (None) is the same model as that width written out
+        cfg = setup.model_cfg
+        for key, width in (("d_head", cfg.qk_head), ("d_vhead", cfg.v_head),
+                           ("n_kv_heads", cfg.kv_heads)):
+            if values.get(f"model.{key}") is not None:
+                built[f"model.{key}"] = width
         for key, mine in built.items():
             theirs = values.get(key, _NONE)
             if theirs is not _NONE and not _same(_plain(theirs), _plain(mine)):

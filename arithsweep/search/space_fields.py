@@ -196,36 +196,43 @@ class Param:
 
 
 # --------------------------------------------------------------------------------------------
-# The seed rule: train.seeds by the proposal's size
+# Size rules: train.seeds and train.steps by the proposal's size
 
 
 RULE_KEY = "by_params"  # train.seeds: {by_params: [[min_params, seeds], ...]}
-SeedRule = tuple[tuple[int, int], ...]  # ((min_params, seeds), ...), min_params falling to 0
+SeedRule = tuple[tuple[int, int], ...]  # ((min_params, value), ...), min_params falling to 0
+# the train fields a space may give as a size rule, and the values each allows: smaller
+# proposals buy more tickets of the seed lottery (seeds) and need longer to grok (steps: on
+# add3 a 40-p MicroAdder-family model had no seed past 66% in 25K steps, one at 99% in 40K)
+RULE_FIELDS = {"seeds": (1, MAX_SEEDS), "steps": (1, 10**9)}
 
 
 def seeds_for(rule: SeedRule, params: int) -> int:
-    """The seeds a proposal of `params` unique parameters trains under `rule`: the first
-    row whose min_params it reaches (the last row starts at 0, so one always matches)."""
-    return next(seeds for low, seeds in rule if params >= low)
+    """The value (seeds, or steps) a proposal of `params` unique parameters gets under `rule`:
+    the first row whose min_params it reaches (the last row starts at 0, so one matches)."""
+    return next(value for low, value in rule if params >= low)
 
 
-def describe_seed_rule(rule: SeedRule) -> str:
+def describe_seed_rule(rule: SeedRule, what: str = "seeds") -> str:
     """One human line: "train.seeds by params: 8 from 60 p, 32 from 50 p, 64 below"."""
-    rows = [f"{seeds} from {low} p" for low, seeds in rule[:-1]]
+    rows = [f"{value} from {low} p" for low, value in rule[:-1]]
     last = rule[-1][1]
-    return "train.seeds by params: " + ", ".join([*rows, f"{last} below" if rows else
-                                                   f"{last} at every size"])
+    return f"train.{what} by params: " + ", ".join([*rows, f"{last} below" if rows else
+                                                     f"{last} at every size"])
 
 
-def parse_seed_rule(value: dict, fail: Callable[[str], ConfigError]) -> SeedRule:
-    """`{by_params: [[min_params, seeds], ...]}`: whole numbers, min_params falling strictly
-    and ending at 0 (so every size gets a count), seeds in 1..MAX_SEEDS; `fail(why)` makes
-    the error that names the file and key."""
+def parse_seed_rule(value: dict, fail: Callable[[str], ConfigError],
+                    what: str = "seeds") -> SeedRule:
+    """`{by_params: [[min_params, value], ...]}` for train.`what` (a RULE_FIELDS key): whole
+    numbers, min_params falling strictly and ending at 0 (so every size gets a value), values
+    in RULE_FIELDS' range; `fail(why)` makes the error that names the file and key."""
+    lo, hi = RULE_FIELDS[what]
     extra = [str(k) for k in value if k != RULE_KEY]
     if extra:
-        raise fail(f"a seed rule takes only {RULE_KEY} (got {', '.join(extra)})")
+        raise fail(f"a size rule takes only {RULE_KEY} (got {', '.join(extra)})")
     rows = value[RULE_KEY]
-    form = f"{RULE_KEY} needs a list of [min_params, seeds] rows, e.g. [[60, 8], [0, 32]]"
+    form = (f"{RULE_KEY} needs a list of [min_params, {what}] rows, e.g. "
+            + ("[[60, 8], [0, 32]]" if what == "seeds" else "[[50, 25000], [0, 40000]]"))
     if not isinstance(rows, list) or not rows:
         raise fail(f"{form}, got {rows!r}")
     out: list[tuple[int, int]] = []
@@ -234,15 +241,15 @@ def parse_seed_rule(value: dict, fail: Callable[[str], ConfigError]) -> SeedRule
             isinstance(x, int) and not isinstance(x, bool) for x in row)
         if not whole:
             raise fail(f"{RULE_KEY} row {i} {row!r}: {form}")
-        low, seeds = row
-        if low < 0 or not 1 <= seeds <= MAX_SEEDS:
-            raise fail(f"{RULE_KEY} row {i} {row!r}: min_params must be >= 0 and seeds in "
-                       f"1..{MAX_SEEDS}")
+        low, n = row
+        if low < 0 or not lo <= n <= hi:
+            raise fail(f"{RULE_KEY} row {i} {row!r}: min_params must be >= 0 and {what} in "
+                       f"{lo}..{hi}")
         if out and low >= out[-1][0]:
             raise fail(f"{RULE_KEY} row {i} {row!r}: min_params must fall from row to row "
                        f"(the first matching row wins)")
-        out.append((low, seeds))
+        out.append((low, n))
     if out[-1][0] != 0:
         raise fail(f"{RULE_KEY}: the last row must start at 0 (got {out[-1][0]}), so that "
-                   f"every size gets a seed count")
+                   f"every size gets a value")
     return tuple(out)

@@ -33,6 +33,8 @@ fails is left out of the sample, so its dataclass default applies.
 [0, 64]]}`: rows [min_params, seeds], min_params falling to 0, the first row the proposal's
 unique parameters reach wins (8 seeds at 60 p and up, 32 at 50-59, 64 below 50); see
 `space_fields.parse_seed_rule`, applied by `arithsweep.search.trial.build_trial`.
+`train.steps` may be such a rule too (`{by_params: [[50, 25000], [0, 40000]]}`): smaller
+proposals take longer to grok; `--trial-steps` still overrides it.
 
 This module holds the parsed data classes (`Condition`, `Param`, `SpaceFile`), the YAML
 loader and `parse_space_file`, and every validation error (each is one ConfigError naming
@@ -60,6 +62,7 @@ from arithsweep.core.data.formats import MICROADDER_PLACES
 from arithsweep.core.errors import ConfigError
 from arithsweep.core.yaml_loader import describe_error, load_yaml
 from arithsweep.search.space_fields import (
+    RULE_FIELDS,
     RULE_KEY,
     SECTIONS,
     Condition,
@@ -106,6 +109,7 @@ class SpaceFile:
     # train.seeds by the proposal's size (None: a fixed or searched train.seeds, or none);
     # a plain default, so a Space pickled before the field existed reads None
     seed_rule: SeedRule | None = None
+    steps_rule: SeedRule | None = None  # train.steps by the proposal's size, the same way
 
     @property
     def searched(self) -> list[Param]:
@@ -185,7 +189,7 @@ def parse_space_file(text: str, path: str | Path = "<string>") -> SpaceFile:
     specs = field_specs()
     params: list[Param] = []
     defined: dict[str, Param] = {}
-    seed_rule: SeedRule | None = None
+    rules: dict[str, SeedRule] = {}  # train field -> its size rule
     for section in (k for k in doc if k in SECTIONS):
         body = doc[section]
         if body is None:
@@ -201,9 +205,10 @@ def parse_space_file(text: str, path: str | Path = "<string>") -> SpaceFile:
             if fname in NOT_SEARCHABLE.get(section, {}):
                 raise fail(key, f"not searchable: {NOT_SEARCHABLE[section][fname]}")
             if isinstance(value, dict) and RULE_KEY in value:
-                if key != "train.seeds":
-                    raise fail(key, f"{RULE_KEY} is a rule for train.seeds only")
-                seed_rule = parse_seed_rule(value, lambda why, k=key: fail(k, why))
+                if section != "train" or fname not in RULE_FIELDS:
+                    raise fail(key, f"{RULE_KEY} is a rule for "
+                                    f"{' and '.join('train.' + f for f in RULE_FIELDS)} only")
+                rules[fname] = parse_seed_rule(value, lambda why, k=key: fail(k, why), fname)
                 continue
             spec = specs[section].get(fname)
             if spec is None:
@@ -216,7 +221,7 @@ def parse_space_file(text: str, path: str | Path = "<string>") -> SpaceFile:
             defined[param.name] = param
     start = _parse_start(doc.get("start"), defined, fail)
     return SpaceFile(name=name, description=description, path=path, params=params, start=start,
-                     seed_rule=seed_rule)
+                     seed_rule=rules.get("seeds"), steps_rule=rules.get("steps"))
 
 
 def _parse_start(body: Any, defined: dict[str, Param],

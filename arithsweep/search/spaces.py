@@ -69,6 +69,12 @@ class Space(SpaceFile):
         None when train.seeds is a value."""
         return describe_seed_rule(self.seed_rule) if self.seed_rule else None
 
+    @property
+    def size_rule_lines(self) -> list[str]:
+        """Every size rule as one human line (seeds, then steps)."""
+        return [describe_seed_rule(r, what) for what, r in
+                (("seeds", self.seed_rule), ("steps", self.steps_rule)) if r]
+
     def suggest(self, trial: optuna.Trial | Any) -> dict[str, dict[str, Any]]:
         """Define-by-run: sample every key whose `when` holds, in file order.
 
@@ -204,4 +210,4 @@ def parse_space(text: str, path: str | Path = "<string>") -> Space:
     """Parse and validate the YAML text of a space; every problem is one ConfigError."""
     f = parse_space_file(text, path)
     return Space(name=f.name, description=f.description, path=f.path, params=f.params,
-                 start=f.start, seed_rule=f.seed_rule)
+                 start=f.start, seed_rule=f.seed_rule, steps_rule=f.steps_rule)

@@ -31,6 +31,7 @@ SEEDS_OF = "seeds_of"
 RESUME_FROM = "resume_from"
 # Constants key: the space's seed rule ([[min_params, seeds], ...], space_fields.seeds_for)
 SEED_RULE = "seed_rule"
+STEPS_RULE = "steps_rule"  # ... and its steps rule, the same way
 
 
 @dataclass
@@ -99,6 +100,8 @@ def build_trial(config: dict[str, Any]) -> TrialSetup:
     params = count_params(model_cfg)
     if const.get(SEED_RULE):  # tiny models are a seed lottery: smaller ones buy more tickets
         train["seeds"] = seeds_for(tuple(tuple(r) for r in const[SEED_RULE]), params)
+    if const.get(STEPS_RULE):  # ... and smaller ones take longer to grok
+        train["steps"] = seeds_for(tuple(tuple(r) for r in const[STEPS_RULE]), params)
     train = {**train, "target": float(const.get("train_target") or const["target"])}
     if const.get("device") and "device" not in train:
         train["device"] = const["device"]
