@@ -335,3 +335,27 @@ def test_the_adderboard_space_exposes_every_option_and_keeps_its_start():
         sample = space.suggest(trial)
         study.tell(trial, 0.0)
         space.validate_sample(sample, vocab_size=10, n_ctx=34)
+
+
+# ----------------------------------------------------------- the microadder space below 51
+@pytest.mark.parametrize(("point", "want", "parts"), [
+    ({}, 57, {"head": 10, "slots": 6, "layer0.attn.q": 12, "shared_norm": 5}),
+    ({"model.d_head": 2}, 51, {"layer0.attn.q": 6}),
+    ({"model.d_head": 2, "model.norm_weight": "scalar"}, 47, {"shared_norm.gain": 1}),
+    # d_model 4: the token part stays 2, the position part loses the spiral's ramp
+    ({"model.d_model": 4}, 44, {"head": 8, "slots": 4, "layer0.attn.q": 8, "shared_norm": 4}),
+    ({"model.d_model": 4, "model.d_head": 2}, 40,
+     {"head": 8, "slots": 4, "layer0.attn.q": 4, "layer0.attn.o": 8, "layer0.mlp.up": 8}),
+])
+def test_the_microadder_space_points_count_exactly_on_add3(point, want, parts):
+    from arithsweep.search.shrink import _full_config
+    from arithsweep.search.spaces import load_space
+    from arithsweep.search.trial import CONST_KEY, build_trial
+
+    space = load_space("microadder")
+    start = {"model.d_head": 4, "model.mlp_down": "head", "train.lr": 0.02}
+    setup = build_trial({**_full_config(space, {**start, **point}),
+                         CONST_KEY: {"task": "add3", "target": 0.99}})
+    assert setup.params == want
+    by = dict(param_breakdown(setup.model_cfg))
+    assert {k: by[k] for k in parts} == parts
