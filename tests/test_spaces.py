@@ -16,6 +16,7 @@ from arithsweep.core.config import TrainConfig
 from arithsweep.core.errors import ConfigError
 from arithsweep.search.spaces import (
     SECTIONS,
+    RayDefineByRun,
     Space,
     config_from_tune,
     list_spaces,
@@ -435,3 +436,17 @@ def test_list_fields_take_one_fixed_value(tmp_path: Path) -> None:
         load_space(_write(tmp_path, "train:\n  phases: [{steps: 0, lr: 1.0e-3}]\n"))
     with pytest.raises(ConfigError, match="a list is not a value"):
         load_space(_write(tmp_path, "model:\n  d_model: [3, 4]\n"))
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_start_point_names_the_model_it_is(name: str) -> None:
+    """A start point that leaves a searched model key out gets it from Optuna, so the first
+    proposal is not the shape its file describes (microadder's "57 p" started at 44 p when it
+    named neither d_model nor norm_weight). Recipe keys may stay sampled."""
+    from arithsweep.search.shrink import _PointTrial
+
+    space = load_space(name)
+    searched = {p.name for p in space.searched if p.name.startswith("model.")}
+    for point in space.start:
+        walked = RayDefineByRun(space)(_PointTrial(point))
+        assert sorted(k for k in walked if k in searched and k not in point) == [], point
