@@ -112,3 +112,25 @@ def _alive(pid: int) -> bool:
         return True
     except OSError:
         return False
+
+
+def test_a_snapshot_naming_a_replaced_checkpoint_is_repaired(tmp_path: Path) -> None:
+    """Tune deletes the replaced checkpoint before it writes the snapshot naming the new one;
+    killed between the two, the snapshot names a folder that is gone, and Tune refuses it.
+    The trial's newest checkpoint is put under that name (its later state); nothing else
+    changes, and an intact snapshot is left alone."""
+    from arithsweep.search.trial_state import repair_snapshot
+
+    exp = tmp_path / "tune"
+    trial = exp / "trial_1"
+    (trial / "checkpoint_000005" / "state").mkdir(parents=True)
+    (trial / "checkpoint_000005" / "state" / "s.json").write_text("600")
+    entry = [json.dumps({"relative_logdir": "trial_1"}),
+             json.dumps({"last_result": {"checkpoint_dir_name": "checkpoint_000004"}})]
+    (exp / "experiment_state-1.json").write_text(json.dumps({"trial_data": [entry]}))
+    assert repair_snapshot(exp) == ["trial_1/checkpoint_000004"]
+    assert (trial / "checkpoint_000004" / "state" / "s.json").read_text() == "600"
+    assert (trial / "checkpoint_000005").is_dir()
+    assert repair_snapshot(exp) == []  # now intact
+    (exp / "experiment_state-1.json").write_text("not json")
+    assert repair_snapshot(exp) == []

@@ -261,7 +261,7 @@ def _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri, experime
     from ray import tune
     from ray.tune.stopper import CombinedStopper
 
-    from arithsweep.search import incumbent, live, run_settings, searcher, tracking
+    from arithsweep.search import incumbent, live, run_settings, searcher, tracking, trial_state
     from arithsweep.search.options import resources_per_trial
     from arithsweep.search.packs import PackKeyer
     from arithsweep.search.trainable import run_trial
@@ -284,6 +284,7 @@ def _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri, experime
     exp_dir = sdir / TUNE_DIR
 
     if opts.resume and tune.Tuner.can_restore(str(exp_dir)):
+        trial_state.repair_snapshot(exp_dir)  # a snapshot naming a replaced checkpoint
         run_settings.state_of(name).concurrency = concurrency
         # Finished trials stay; unfinished ones continue; errored ones stay errored (Optuna
         # has already been told FAIL, re-running them would be a second, untold attempt).
