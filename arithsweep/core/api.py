@@ -22,7 +22,7 @@ from arithsweep.core.config import TrainConfig
 from arithsweep.core.data.tasks import Task, get_task
 from arithsweep.core.errors import ArithsweepError, CheckpointError, ConfigError
 from arithsweep.core.evaluation.confirm import FullCheck
-from arithsweep.core.evaluation.evaluate import EvalSet, exact_match, greedy_decode
+from arithsweep.core.evaluation.evaluate import greedy_decode
 from arithsweep.core.model.checkpoint import load_checkpoint
 from arithsweep.core.model.model import ModelConfig, count_params, param_breakdown
 from arithsweep.core.training.population import train
@@ -217,16 +217,11 @@ def finish_job(checkpoint: str | Path, out: str | Path,
         raise ConfigError("no finisher is on: --set finish_rounds=N and/or "
                           "--set finish_cmaes_evals=N")
     check = FullCheck(ck.task, cfg.target, cfg.train_digits)
-    every = EvalSet(ck.task, check.a, check.b, check.op, next(ck.model.parameters()).device)
-
-    def full(model) -> float:  # the check's problems, encoded once for every call
-        return float(exact_match(model, ck.task, every).float().mean())
-
-    before = full(ck.model)
+    before = check.score(ck.model)
     done = finish(ck.task, ck.model_cfg, cfg, ck.model.member_state(0),
-                  lambda m: full(m) >= cfg.target)
+                  lambda m: check.score(m) >= cfg.target)
     model = ArithTransformer.from_member_state(ck.model_cfg, done.state)
-    final = full(model)
+    final = check.score(model)
     sha = save_checkpoint(out, model, ck.task, 0, cfg, {"eval_exact_match": done.held_out},
                           {**ck.meta, "finished_from": ck.sha256,
                            "finished_by": done.finished_by, "final_exact_match": final,

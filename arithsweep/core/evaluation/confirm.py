@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from arithsweep.core.data.tasks import Task
-from arithsweep.core.evaluation.evaluate import exact_match
+from arithsweep.core.evaluation.evaluate import EvalSet, exact_match
 from arithsweep.core.evaluation.stats import wilson_lower, z_for
 from arithsweep.core.model.tiny_layout import tiny_logits
 
@@ -116,6 +116,7 @@ class FullCheck:
             held = int(task.is_holdout(self.a, self.b, self.op).sum()) or 1
             self.floor = max(0.0, 1.0 - (1.0 - self.target) * task.n_problems / held)
         self.seconds = 0.0  # time spent checking
+        self._encoded: EvalSet | None = None  # the problems encoded once, on the last device
 
     def held_out_reached(self, result: Any) -> bool:
         """Does the best seed's held-out exact match clear the target (best-of-K corrected)?
@@ -141,11 +142,18 @@ class FullCheck:
             # a full check makes one at every new best above the held-out gate (a 48-s add3
             # run spent 26-38 s there); verification stays on the reference model
             forward = tiny_logits if getattr(result, "layout", "") == "tiny" else None
-            self.checked[result.best_step] = float(
-                exact_match(best, self.task, self.a, self.b, self.op,
-                            forward=forward).float().mean())
+            self.checked[result.best_step] = self.score(best, forward)
             self.seconds += time.perf_counter() - t
         return self.checked[result.best_step]
+
+    def score(self, model: Any, forward: Any = None) -> float:
+        """Exact match of `model` (one member) on these problems, encoded once per device: the
+        stop rule checks each new best on them, the finishers each candidate."""
+        device = next(model.parameters()).device
+        if self._encoded is None or self._encoded.device != device:
+            self._encoded = EvalSet(self.task, self.a, self.b, self.op, device)
+        return float(exact_match(model, self.task, self._encoded,
+                                 forward=forward).float().mean())
 
     def passes(self, result: Any) -> bool:
         return self.value(result) >= self.target

@@ -140,11 +140,8 @@ def finish_best(result: Any, check: Any) -> dict[str, Any]:
     the result's best state (and `check` forgets its figure for the member before); returns
     {"finished_by": a finisher's name or None, "finishers": one record per finisher that ran}."""
     state = result.best_state or result.model.member_state(result.best_seed)
-    device = next(iter(state.values())).device
-    every = EvalSet(result.task, check.a, check.b, check.op, device)  # encoded once
     done = finish(result.task, result.model_cfg, result.train_cfg, state,
-                  lambda m: float(exact_match(m, result.task, every).float().mean())
-                  >= check.target)
+                  lambda m: check.score(m) >= check.target)
     if done.state is not state:
         result.best_state, result.best_em = done.state, done.held_out
         check.checked.pop(result.best_step, None)
