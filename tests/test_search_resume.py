@@ -55,8 +55,24 @@ def _reports(root: Path) -> list[dict]:
     return [json.loads(line) for line in files[0].read_text().splitlines() if line.strip()]
 
 
+def _kept_names_a_checkpoint(root: Path) -> bool:
+    """The keeper holds a whole snapshot in which the trial has a checkpoint."""
+    from arithsweep.search.snapshots import kept_copies
+
+    copies = kept_copies(root / "k" / "tune")
+    states = list(copies[-1].glob("experiment_state-*.json")) if copies else []
+    try:
+        ((_, run),) = json.loads(states[0].read_text())["trial_data"]
+        return bool((json.loads(run).get("last_result") or {}).get("checkpoint_dir_name"))
+    except (IndexError, OSError, ValueError, KeyError, TypeError):
+        return False
+
+
 @pytest.mark.slow
-def test_a_killed_search_continues_its_trial_mid_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("cut", [False, True], ids=["snapshot-whole", "snapshot-cut-off"])
+def test_a_killed_search_continues_its_trial_mid_run(tmp_path: Path, cut: bool) -> None:
+    """cut: the kill also cuts off Tune's snapshot mid-write (as a fresh-clone CI run once
+    did), so `--resume` restores the keeper's copy of an earlier one."""
     space = tmp_path / "space.yaml"
     space.write_text(SPACE)
     root = tmp_path / "searches"
@@ -69,13 +85,16 @@ def test_a_killed_search_continues_its_trial_mid_run(tmp_path: Path) -> None:
     deadline = time.monotonic() + 420  # a guard against a hang, not a timing assumption
     while first.poll() is None and time.monotonic() < deadline:
         states = _states(root) if root.exists() else []
-        if states and states[-1] >= 600:
+        if states and states[-1] >= 600 and (not cut or _kept_names_a_checkpoint(root)):
             os.killpg(first.pid, signal.SIGKILL)
             break
         time.sleep(0.2)
     first.wait()
     os.killpg(first.pid, signal.SIGKILL) if _alive(first.pid) else None
     assert first.returncode == -signal.SIGKILL, "the search ended before it could be killed"
+    if cut:
+        snap = max((root / "k" / "tune").glob("experiment_state-*.json"))
+        snap.write_bytes(snap.read_bytes()[: snap.stat().st_size // 2])
     reached = _restored_step(root)  # the state of the checkpoint Tune last registered
     before = len(_reports(root))
     assert 0 < reached < TOTAL
@@ -94,11 +113,14 @@ def test_a_killed_search_continues_its_trial_mid_run(tmp_path: Path) -> None:
 
 
 def _restored_step(root: Path) -> int:
-    """The step of the training state in the checkpoint Tune will restore the trial from."""
+    """The step of the training state in the checkpoint Tune will restore the trial from,
+    read after the repair `--resume` makes first (the kill may cut off Tune's snapshot)."""
     from ray import tune
 
+    from arithsweep.search.snapshots import repair
     from arithsweep.search.trial_state import restored_state
 
+    repair(root / "k" / "tune")
     (trial,) = tune.ExperimentAnalysis(str(root / "k" / "tune")).trials
     assert trial.checkpoint is not None
     state = restored_state(Path(trial.checkpoint.path))
@@ -112,25 +134,3 @@ def _alive(pid: int) -> bool:
         return True
     except OSError:
         return False
-
-
-def test_a_snapshot_naming_a_replaced_checkpoint_is_repaired(tmp_path: Path) -> None:
-    """Tune deletes the replaced checkpoint before it writes the snapshot naming the new one;
-    killed between the two, the snapshot names a folder that is gone, and Tune refuses it.
-    The trial's newest checkpoint is put under that name (its later state); nothing else
-    changes, and an intact snapshot is left alone."""
-    from arithsweep.search.trial_state import repair_snapshot
-
-    exp = tmp_path / "tune"
-    trial = exp / "trial_1"
-    (trial / "checkpoint_000005" / "state").mkdir(parents=True)
-    (trial / "checkpoint_000005" / "state" / "s.json").write_text("600")
-    entry = [json.dumps({"relative_logdir": "trial_1"}),
-             json.dumps({"last_result": {"checkpoint_dir_name": "checkpoint_000004"}})]
-    (exp / "experiment_state-1.json").write_text(json.dumps({"trial_data": [entry]}))
-    assert repair_snapshot(exp) == ["trial_1/checkpoint_000004"]
-    assert (trial / "checkpoint_000004" / "state" / "s.json").read_text() == "600"
-    assert (trial / "checkpoint_000005").is_dir()
-    assert repair_snapshot(exp) == []  # now intact
-    (exp / "experiment_state-1.json").write_text("not json")
-    assert repair_snapshot(exp) == []

@@ -147,7 +147,7 @@ def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = N
     with cluster.quiet_logs():
         import ray
 
-        from arithsweep.search import incumbent, replay, run_settings, tracking
+        from arithsweep.search import incumbent, replay, run_settings, snapshots, tracking
         from arithsweep.search.results import retire_waiting
 
         try:
@@ -176,6 +176,8 @@ def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = N
         # the trials' rule (a resumed Tuner keeps the constants it was started with)
         near = float((stored.get("options") or {}).get("near_miss", opts.near_miss))
         try:
+            if opts.resume and (sdir / TUNE_DIR).is_dir():  # a snapshot cut off by the kill
+                snapshots.repair(sdir / TUNE_DIR)
             replayed = replay.prepare_resume(opts, sdir / TUNE_DIR, optuna_url, target, near,
                                              before, state)
             results = _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri,
@@ -261,7 +263,7 @@ def _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri, experime
     from ray import tune
     from ray.tune.stopper import CombinedStopper
 
-    from arithsweep.search import incumbent, live, run_settings, searcher, tracking, trial_state
+    from arithsweep.search import incumbent, live, run_settings, searcher, snapshots, tracking
     from arithsweep.search.options import resources_per_trial
     from arithsweep.search.packs import PackKeyer
     from arithsweep.search.trainable import run_trial
@@ -284,7 +286,6 @@ def _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri, experime
     exp_dir = sdir / TUNE_DIR
 
     if opts.resume and tune.Tuner.can_restore(str(exp_dir)):
-        trial_state.repair_snapshot(exp_dir)  # a snapshot naming a replaced checkpoint
         run_settings.state_of(name).concurrency = concurrency
         # Finished trials stay; unfinished ones continue; errored ones stay errored (Optuna
         # has already been told FAIL, re-running them would be a second, untold attempt).
@@ -309,7 +310,8 @@ def _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri, experime
     # outside only the incumbent (a verified model no larger) or the deadline stops it.
     callbacks = [tracking.MlflowTrialCallback(name, mlflow_uri, experiment_id, parent_run,
                                               describe_trial, target),
-                 live.LiveCallback(name), incumbent.VerifyCallback(name, str(sdir), target)]
+                 live.LiveCallback(name), incumbent.VerifyCallback(name, str(sdir), target),
+                 snapshots.SnapshotKeeper()]
     stoppers = CombinedStopper(run_settings.DeadlineStopper(name),
                                run_settings.IncumbentStopper(name))
     tuner = tune.Tuner(

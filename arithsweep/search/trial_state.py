@@ -118,35 +118,3 @@ class TrialState:
 
     def close(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def repair_snapshot(exp_dir: Path) -> list[str]:
-    """Before `Tuner.restore`: where the newest experiment snapshot names a trial checkpoint
-    that is gone, put the trial's newest checkpoint under that name. Tune deletes a trial's
-    replaced checkpoint when it registers the next one and writes the snapshot naming the new
-    one just after; a driver killed between the two leaves a snapshot whose checkpoint Tune
-    refuses to restore ("does not exist on storage anymore"), erroring the trial. The newest
-    one holds the trial's own later state, which `restored_state` would continue anyway.
-    Returns the "trial/checkpoint" names it filled."""
-    import json
-
-    snaps = sorted(exp_dir.glob("experiment_state-*.json"))
-    if not snaps:
-        return []
-    try:
-        trials = json.loads(snaps[-1].read_text())["trial_data"]
-        named = [(json.loads(a)["relative_logdir"],
-                  (json.loads(b).get("last_result") or {}).get("checkpoint_dir_name"))
-                 for a, b in trials]
-    except (OSError, ValueError, KeyError, TypeError):
-        return []  # not a snapshot this code knows: Tune decides
-    filled = []
-    for logdir, name in named:
-        trial = exp_dir / str(logdir)
-        if not name or (trial / name).exists():
-            continue
-        kept = sorted(trial.glob("checkpoint_*"))
-        if kept:
-            shutil.copytree(kept[-1], trial / name)
-            filled.append(f"{logdir}/{name}")
-    return filled
