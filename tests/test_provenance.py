@@ -103,3 +103,16 @@ def test_a_proposal_cut_off_unfinished_is_counted_apart_from_the_finished_ones(t
         "architectures": [{"trials": 2, "seeds_trained": 4}]}))
     assert "2 proposals of 1 architectures (4 seeds in all) and skipped 0" in \
         "\n".join(search_lines(ROW, tmp_path))
+
+
+def test_a_command_that_left_the_space_to_its_default_names_the_space(tmp_path):
+    """The default space of a task can change between versions (add10's did), so a command
+    that named none gets the space it ran as a shell comment; one that named it is as typed."""
+    cmd = "arithsweep search --task add10 --target 0.99"
+    sdir = _search(tmp_path, cmd)
+    meta = {**json.loads((sdir / "search.json").read_text()), "space": "microadder"}
+    shown, recorded = search_command(meta)
+    assert recorded and shown == cmd + "  # space: microadder, the task's default then"
+    assert shlex.split(shown, comments=True) == shlex.split(cmd)  # still runs as typed
+    named = cmd + " --space adderboard"
+    assert search_command({**meta, "command": named}) == (named, True)

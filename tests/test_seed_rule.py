@@ -15,6 +15,7 @@ from arithsweep.search.spaces import load_space, parse_space
 from arithsweep.search.trial import (
     CONST_KEY,
     SEED_RULE,
+    STEPS_DIGITS,
     STEPS_RULE,
     build_trial,
     describe_trial,
@@ -46,7 +47,7 @@ def test_shipped_add_spaces_use_the_starting_rule():
     # microadder's sub-50 proposals train 40K steps: 32 seeds there, not 64
     micro = load_space("microadder")
     assert micro.seed_rule == ((60, 8), (0, 32))
-    assert micro.steps_rule == ((50, 25000), (0, 40000))
+    assert micro.steps_rule == ((50, 25000), (0, 40000)) and micro.steps_digits == 3
     assert not {"train.seeds", "train.steps"} & {p.name for p in micro.params}
 
 
@@ -92,7 +93,7 @@ def test_without_the_rule_in_the_constants_the_default_stands():
     ("{by_params: [[60, 8.5], [0, 4]]}", "row 1 [60, 8.5]"),
     ("{by_params: [[60, 0], [0, 4]]}", "seeds in 1..1024"),
     ("{by_params: [[-1, 4]]}", "min_params must be >= 0"),
-    ("{by_params: [[0, 4]], when: {lr: 0.01}}", "a size rule takes only by_params (got when)"),
+    ("{by_params: [[0, 4]], when: {lr: 0.01}}", "a seeds rule takes only by_params (got when)"),
 ])
 def test_a_malformed_rule_is_one_error_naming_file_and_key(value, why):
     with pytest.raises(ConfigError) as err:
@@ -126,3 +127,27 @@ def test_a_steps_rule_sets_steps_from_the_size_and_trial_steps_overrides_it():
     with pytest.raises(ConfigError, match=r"train.steps: by_params row 1 \[0, 0\]: "
                                           r"min_params must be >= 0 and steps in 1\.\."):
         parse_space("name: bad\ntrain:\n  steps: {by_params: [[0, 0]]}\n", "bad.yaml")
+
+
+def test_a_steps_rule_for_3_digits_trains_n_digits_n_over_3_times_as_long():
+    space = parse_space(SPACE.replace("  lr: 0.01\n", "  lr: 0.01\n  steps: {by_params: "
+                                      "[[600, 100], [0, 300]], digits: 3}\n"), "rule.yaml")
+    assert space.steps_digits == 3
+    assert space.size_rule_lines[1].endswith("at 3 digits (n/3 times as many at n digits)")
+
+    def steps(task, d_ff=0):
+        config = _trial(space, {"model.d_ff": d_ff}, task=task)
+        config[CONST_KEY].update({STEPS_RULE: [list(r) for r in space.steps_rule],
+                                  STEPS_DIGITS: space.steps_digits})
+        setup = build_trial(config)
+        return setup.params, setup.train_cfg.steps
+
+    assert [steps("add3")[1], steps("add3", 16)[1], steps("add2")[1]] == [300, 100, 200]
+    for d_ff in (0, 16):  # add10's learned positions count more: its row by its own size
+        params, n = steps("add10", d_ff)
+        assert n == round(seeds_for(space.steps_rule, params) * 10 / 3)
+    for bad, why in (("{by_params: [[0, 4]], digits: 3}", "a seeds rule takes only by_params"),
+                     ("{by_params: [[0, 4]], digits: 0}", "digits must be a whole number")):
+        key = "seeds" if "seeds" in why else "steps"
+        with pytest.raises(ConfigError, match=why):
+            parse_space(f"name: bad\ntrain:\n  {key}: {bad}\n", "bad.yaml")

@@ -38,7 +38,11 @@ def search_command(meta: dict[str, Any]) -> tuple[str, bool]:
     """(command, recorded): the command line search.json recorded, else one rebuilt from its
     options (searches made before the command was recorded), which `recorded` False marks."""
     if isinstance(meta.get("command"), str) and meta["command"].strip():
-        return meta["command"], True
+        cmd = meta["command"]
+        if "--space" not in cmd and "--resume" not in cmd and meta.get("space"):
+            # the task's default space can change between versions: say which one it was
+            cmd += f"  # space: {meta['space']}, the task's default then"
+        return cmd, True
     o = meta.get("options") or {}
     parts = ["arithsweep", "search", "--task", str(meta.get("task") or o.get("task")),
              "--target", f"{meta.get('target') or o.get('target')}"]

@@ -271,6 +271,7 @@ def _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri, experime
         CONST_KEY,
         SEED_RULE,
         SEED_SCHEME,
+        STEPS_DIGITS,
         STEPS_RULE,
         ProposalSizer,
         describe_trial,
@@ -302,6 +303,8 @@ def _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri, experime
         const[SEED_RULE] = [list(row) for row in space.seed_rule]
     if space.steps_rule:  # ... and how many steps (unless --trial-steps fixes them)
         const[STEPS_RULE] = [list(row) for row in space.steps_rule]
+        if space.steps_digits:  # ... the rows being for operands this long
+            const[STEPS_DIGITS] = space.steps_digits
     search = searcher.ConstrainedOptunaSearch(
         space.ray_define_by_run(), target=target, study_name=name, storage_url=optuna_url,
         sizer=ProposalSizer(const), seed=opts.seed, start=space.start,

@@ -205,6 +205,10 @@ SeedRule = tuple[tuple[int, int], ...]  # ((min_params, value), ...), min_params
 # proposals buy more tickets of the seed lottery (seeds) and need longer to grok (steps: on
 # add3 a 40-p MicroAdder-family model had no seed past 66% in 25K steps, one at 99% in 40K)
 RULE_FIELDS = {"seeds": (1, MAX_SEEDS), "steps": (1, 10**9)}
+# train.steps: {by_params: ..., digits: 3}: the rows are for 3-digit operands, and a task of n
+# digits trains n/3 times as long (MicroAdder's family: 25K steps for its 57 p on add3, 120K
+# for its 74 p on add10, where the carry chains and the places to tell apart are longer)
+DIGITS_KEY = "digits"
 
 
 def seeds_for(rule: SeedRule, params: int) -> int:
@@ -221,15 +225,31 @@ def describe_seed_rule(rule: SeedRule, what: str = "seeds") -> str:
                                                      f"{last} at every size"])
 
 
+def steps_for_digits(steps: int, n_digits: int, rule_digits: int | None) -> int:
+    """A steps rule's value for a task of `n_digits` when its rows are for `rule_digits`."""
+    return steps if not rule_digits else max(1, round(steps * n_digits / rule_digits))
+
+
+def parse_rule_digits(value: dict, fail: Callable[[str], ConfigError]) -> int | None:
+    """The `digits:` of a steps rule (the operand length its rows are for), or None."""
+    if DIGITS_KEY not in value:
+        return None
+    d = value[DIGITS_KEY]
+    if not isinstance(d, int) or isinstance(d, bool) or not 1 <= d <= 18:
+        raise fail(f"{DIGITS_KEY} must be a whole number of digits in 1..18, got {d!r}")
+    return d
+
+
 def parse_seed_rule(value: dict, fail: Callable[[str], ConfigError],
                     what: str = "seeds") -> SeedRule:
     """`{by_params: [[min_params, value], ...]}` for train.`what` (a RULE_FIELDS key): whole
     numbers, min_params falling strictly and ending at 0 (so every size gets a value), values
     in RULE_FIELDS' range; `fail(why)` makes the error that names the file and key."""
     lo, hi = RULE_FIELDS[what]
-    extra = [str(k) for k in value if k != RULE_KEY]
+    allowed = (RULE_KEY, DIGITS_KEY) if what == "steps" else (RULE_KEY,)
+    extra = [str(k) for k in value if k not in allowed]
     if extra:
-        raise fail(f"a size rule takes only {RULE_KEY} (got {', '.join(extra)})")
+        raise fail(f"a {what} rule takes only {' and '.join(allowed)} (got {', '.join(extra)})")
     rows = value[RULE_KEY]
     form = (f"{RULE_KEY} needs a list of [min_params, {what}] rows, e.g. "
             + ("[[60, 8], [0, 32]]" if what == "seeds" else "[[50, 25000], [0, 40000]]"))

@@ -34,7 +34,8 @@ fails is left out of the sample, so its dataclass default applies.
 unique parameters reach wins (8 seeds at 60 p and up, 32 at 50-59, 64 below 50); see
 `space_fields.parse_seed_rule`, applied by `arithsweep.search.trial.build_trial`.
 `train.steps` may be such a rule too (`{by_params: [[50, 25000], [0, 40000]]}`): smaller
-proposals take longer to grok; `--trial-steps` still overrides it.
+proposals take longer to grok; `--trial-steps` still overrides it. Its `digits: 3` says the
+rows are for 3-digit operands: an n-digit task trains n/3 times as long.
 
 This module holds the parsed data classes (`Condition`, `Param`, `SpaceFile`), the YAML
 loader and `parse_space_file`, and every validation error (each is one ConfigError naming
@@ -72,6 +73,7 @@ from arithsweep.search.space_fields import (
     coerce,
     field_specs,
     fmt_value,
+    parse_rule_digits,
     parse_seed_rule,
     section_class,
     seeds_for,
@@ -110,6 +112,7 @@ class SpaceFile:
     # a plain default, so a Space pickled before the field existed reads None
     seed_rule: SeedRule | None = None
     steps_rule: SeedRule | None = None  # train.steps by the proposal's size, the same way
+    steps_digits: int | None = None  # the operand length steps_rule's rows are for (or any)
 
     @property
     def searched(self) -> list[Param]:
@@ -190,6 +193,7 @@ def parse_space_file(text: str, path: str | Path = "<string>") -> SpaceFile:
     params: list[Param] = []
     defined: dict[str, Param] = {}
     rules: dict[str, SeedRule] = {}  # train field -> its size rule
+    steps_digits = None
     for section in (k for k in doc if k in SECTIONS):
         body = doc[section]
         if body is None:
@@ -209,6 +213,8 @@ def parse_space_file(text: str, path: str | Path = "<string>") -> SpaceFile:
                     raise fail(key, f"{RULE_KEY} is a rule for "
                                     f"{' and '.join('train.' + f for f in RULE_FIELDS)} only")
                 rules[fname] = parse_seed_rule(value, lambda why, k=key: fail(k, why), fname)
+                if fname == "steps":
+                    steps_digits = parse_rule_digits(value, lambda why, k=key: fail(k, why))
                 continue
             spec = specs[section].get(fname)
             if spec is None:
@@ -221,7 +227,8 @@ def parse_space_file(text: str, path: str | Path = "<string>") -> SpaceFile:
             defined[param.name] = param
     start = _parse_start(doc.get("start"), defined, fail)
     return SpaceFile(name=name, description=description, path=path, params=params, start=start,
-                     seed_rule=rules.get("seeds"), steps_rule=rules.get("steps"))
+                     seed_rule=rules.get("seeds"), steps_rule=rules.get("steps"),
+                     steps_digits=steps_digits)
 
 
 def _parse_start(body: Any, defined: dict[str, Param],

@@ -72,8 +72,12 @@ class Space(SpaceFile):
     @property
     def size_rule_lines(self) -> list[str]:
         """Every size rule as one human line (seeds, then steps)."""
-        return [describe_seed_rule(r, what) for what, r in
-                (("seeds", self.seed_rule), ("steps", self.steps_rule)) if r]
+        lines = [describe_seed_rule(r, what) for what, r in
+                 (("seeds", self.seed_rule), ("steps", self.steps_rule)) if r]
+        if self.steps_rule and self.steps_digits:
+            d = self.steps_digits
+            lines[-1] += f" at {d} digits (n/{d} times as many at n digits)"
+        return lines
 
     def suggest(self, trial: optuna.Trial | Any) -> dict[str, dict[str, Any]]:
         """Define-by-run: sample every key whose `when` holds, in file order.
@@ -166,8 +170,8 @@ def shipped_space_names() -> list[str]:
 
 def default_space(task: str) -> str:
     """The shipped space a search uses when none is named: the one made for that kind of task
-    (sorting; Quirke's sub/mix; multiplication, mul3 and up apart; 3-5 digit addition,
-    MicroAdder's family; 6+ digit addition, whose tiny 1-layer widths tiny cannot reach;
+    (sorting; Quirke's sub/mix; multiplication, mul3 and up apart; 3-10 digit addition,
+    MicroAdder's family; longer addition, the frontier family of add10's records (adderboard);
     everything else the small-task space)."""
     from arithsweep.core.data.tasks import get_task  # the one task-name parser; torch, so lazily
 
@@ -178,7 +182,9 @@ def default_space(task: str) -> str:
         return "quirke"
     if t.op == "mul":  # mul3's trials are hours long: its own space (search_spaces/mul3.yaml)
         return "mul3" if t.n_digits >= 3 else "mul"
-    if t.op == "add" and 3 <= t.n_digits <= 5:  # its 57 p verified on add3; tiny stops ~190
+    # MicroAdder's family: its 37 p found on add3 in 20 minutes, its 74 p verified on add10,
+    # and its d4 shapes (37-44 p) count the same at every length; tiny stops near 190 p
+    if t.op == "add" and 3 <= t.n_digits <= 10:
         return "microadder"
     return "adderboard" if t.op == "add" and t.n_digits >= 6 else "tiny"
 
@@ -210,4 +216,5 @@ def parse_space(text: str, path: str | Path = "<string>") -> Space:
     """Parse and validate the YAML text of a space; every problem is one ConfigError."""
     f = parse_space_file(text, path)
     return Space(name=f.name, description=f.description, path=f.path, params=f.params,
-                 start=f.start, seed_rule=f.seed_rule, steps_rule=f.steps_rule)
+                 start=f.start, seed_rule=f.seed_rule, steps_rule=f.steps_rule,
+                 steps_digits=f.steps_digits)

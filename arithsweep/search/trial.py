@@ -32,6 +32,7 @@ RESUME_FROM = "resume_from"
 # Constants key: the space's seed rule ([[min_params, seeds], ...], space_fields.seeds_for)
 SEED_RULE = "seed_rule"
 STEPS_RULE = "steps_rule"  # ... and its steps rule, the same way
+STEPS_DIGITS = "steps_digits"  # ... for operands this long (scaled to the task's: space_fields)
 
 
 @dataclass
@@ -93,7 +94,7 @@ def build_trial(config: dict[str, Any]) -> TrialSetup:
     """
     from arithsweep.core.config import TrainConfig
     from arithsweep.core.model.model import count_params
-    from arithsweep.search.space_fields import seeds_for
+    from arithsweep.search.space_fields import seeds_for, steps_for_digits
 
     model, train, fmt, const = trial_sections(config)
     task, model_cfg = _task_and_model(const["task"], model, fmt)
@@ -101,7 +102,9 @@ def build_trial(config: dict[str, Any]) -> TrialSetup:
     if const.get(SEED_RULE):  # tiny models are a seed lottery: smaller ones buy more tickets
         train["seeds"] = seeds_for(tuple(tuple(r) for r in const[SEED_RULE]), params)
     if const.get(STEPS_RULE):  # ... and smaller ones take longer to grok
-        train["steps"] = seeds_for(tuple(tuple(r) for r in const[STEPS_RULE]), params)
+        steps = seeds_for(tuple(tuple(r) for r in const[STEPS_RULE]), params)
+        train["steps"] = steps_for_digits(steps, getattr(task, "n_digits", 0) or 0,
+                                          const.get(STEPS_DIGITS))
     train = {**train, "target": float(const.get("train_target") or const["target"])}
     if const.get("device") and "device" not in train:
         train["device"] = const["device"]
