@@ -196,6 +196,23 @@ def test_plateau_never_stops_a_model_whose_loss_still_falls():
     assert not any(late.update(0.01 * i, 1.0) for i in range(20))
 
 
+def test_patience_grows_with_the_schedule_and_never_falls_below_the_searchs():
+    """A long schedule is long because its models grok late: a tenth of its evaluations
+    without progress, where that is more than --patience (add10's 133K steps: 27, not 8)."""
+    from types import SimpleNamespace
+
+    from arithsweep.search.trainable import patience_for
+
+    def cfg(steps, every=500):
+        return SimpleNamespace(steps=steps, eval_every=every)
+
+    assert patience_for({"patience": 8}, cfg(40000)) == 8  # add3's schedules: unchanged
+    assert patience_for({"patience": 8}, cfg(25000)) == 8
+    assert patience_for({"patience": 8}, cfg(133333)) == 27
+    assert patience_for({"patience": 30}, cfg(133333)) == 30  # the user's, when it is more
+    assert patience_for({}, cfg(0)) == 8  # no step budget (a time budget): the default
+
+
 @pytest.mark.slow
 def test_crashing_and_invalid_trials_do_not_end_the_search(ray_local, tmp_path):
 

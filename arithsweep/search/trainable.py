@@ -10,9 +10,9 @@ trial stops on its own curve, never because a model of another size is ahead of 
 - reached: a seed's held-out exact match clears the target (Wilson bound, corrected for the
   best of K) *and* the seed passes on the whole problem set (or 200k held-out problems), the
   same rule `arithsweep train` uses;
-- plateau: for `patience` evaluations no seed improved its exact match, its per-digit
-  accuracy or its loss (a tiny model at chance whose answer digits are being learnt one by
-  one, or whose loss still falls, keeps training);
+- plateau: for `patience` evaluations (or a tenth of its schedule's, if more) no seed
+  improved its exact match, its per-digit accuracy or its loss (a tiny model at chance whose
+  answer digits are being learnt one by one, or whose loss still falls, keeps training);
 - budget: its steps or time ran out.
 
 A near miss (best seed within `near_miss` of the target) earns a second round: its best seed
@@ -49,6 +49,10 @@ from arithsweep.search.trial import CONST_KEY, build_trial, params_if_possible
 from arithsweep.search.trial_state import TrialState
 
 PATIENCE = 8  # evaluations without progress before a trial counts as stuck
+# ... or this share of the trial's schedule, if longer: a long schedule is long because its
+# models grok late (MicroAdder's 44 p on add10: no progress in exact match or loss from step
+# 8K to 25.5K of 60K, then 45% by the end); on add3's 25K-40K schedules it is the 8 above
+PATIENCE_SHARE = 0.1
 MIN_EM_GAIN = 0.002  # exact-match gain of the best seed that counts as progress
 MIN_LOSS_GAIN = 0.02  # relative fall of the best seed's loss that counts as progress
 MIN_DIGIT_GAIN = 0.005  # gain of the best seed's mean per-digit accuracy that counts
@@ -76,6 +80,14 @@ class Plateau:
         self.best_em, self.best_loss = max(self.best_em, em), min(self.best_loss, loss)
         self.since = 0 if better else self.since + 1
         return self.since >= self.patience
+
+
+def patience_for(const: dict[str, Any], cfg: Any) -> int:
+    """Evaluations without progress before a trial of schedule `cfg` stops: the search's
+    `--patience`, or PATIENCE_SHARE of the schedule's evaluations when that is more."""
+    given = int(const.get("patience", PATIENCE) or PATIENCE)
+    share = math.ceil(PATIENCE_SHARE * cfg.steps / max(1, cfg.eval_every)) if cfg.steps else 0
+    return max(given, share)
 
 
 def digit_accuracy(point: Any) -> float | None:
@@ -180,7 +192,7 @@ class _Trial:
             self.round = r
             if r > first:
                 cfg = next_round(cfg, last.best_seed)
-            self.plateau = Plateau(int(self.const.get("patience", PATIENCE) or PATIENCE))
+            self.plateau = Plateau(patience_for(self.const, cfg))
             self.reason = ""
             if r == first and self.plateau_saved:
                 vars(self.plateau).update(self.plateau_saved)
@@ -283,8 +295,7 @@ class _Pack:
         self.checks = [check] + [copy.copy(check) for _ in setups[1:]]
         for c in self.checks[1:]:
             c.checked = {}  # the cache is per proposal (keyed by its best step)
-        patience = int(const.get("patience", PATIENCE) or PATIENCE)
-        self.plateaus = [Plateau(patience) for _ in setups]
+        self.plateaus = [Plateau(patience_for(const, s.train_cfg)) for s in setups]
         self.ts = TrialState(config)
         self.ts.row_fn, self.ts.best_fn = self._take_row, self._write_best
         saved = self.ts.extra().get("pack", {})
