@@ -6,6 +6,8 @@ import json
 import shlex
 from pathlib import Path
 
+import pytest
+
 from arithsweep.leaderboard.provenance import search_command, search_lines
 
 ROW = {"search_name": "add10-x", "trial_id": "abc123", "task": "add10"}
@@ -116,3 +118,41 @@ def test_a_command_that_left_the_space_to_its_default_names_the_space(tmp_path):
     assert shlex.split(shown, comments=True) == shlex.split(cmd)  # still runs as typed
     named = cmd + " --space adderboard"
     assert search_command({**meta, "command": named}) == (named, True)
+
+
+def test_recording_a_searchs_checkpoint_again_keeps_its_search(tmp_path, capsys):
+    """`verify CKPT --record --db OTHER` on a checkpoint inside a search folder takes the
+    search, trial and MLflow run from the search's verified.json, so that an entry recorded
+    into another database (to publish it beside the board) still names the search that found
+    it; a copy of the same weights elsewhere names none."""
+    import shutil
+
+    from arithsweep.cli.app import main
+
+    src = Path(__file__).resolve().parents[1] / "leaderboard" / "checkpoints" / "add2-216-52b633c5"
+    best = tmp_path / "searches" / "add2-s" / "tune" / "trial_ab12" / "checkpoint_000003" / "best"
+    loose = tmp_path / "loose"
+    for folder in (best, loose):
+        folder.mkdir(parents=True)
+        for name in ("model.safetensors", "config.json"):  # not entry.json: no published id
+            shutil.copy(src / name, folder / name)
+    (best.parents[3] / "search.json").write_text(json.dumps({"name": "add2-s", "task": "add2"}))
+    (best.parents[3] / "verified.json").write_text(json.dumps({"ab12": {
+        "trial_id": "ab12", "checkpoint": str(best), "mlflow_run_id": "run7"}}))
+
+    def record(folder: Path, db: str) -> dict:
+        args = ["arithsweep", "verify", str(folder), "--record", "--json", "--db",
+                str(tmp_path / db)]
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr("sys.argv", args)
+            try:
+                main()
+            except SystemExit as e:
+                assert e.code in (0, None)
+        return json.loads(capsys.readouterr().out)
+
+    got = record(best, "a.db")
+    assert (got["search_name"], got["trial_id"], got["mlflow_run_id"]) == (
+        "add2-s", "ab12", "run7")
+    got = record(loose, "b.db")
+    assert got["search_name"] is None and got["trial_id"] is None

@@ -109,6 +109,29 @@ def published_entry(folder: str | Path | None, sha256: str | None = None) -> dic
     return doc
 
 
+def checkpoint_provenance(path: str | Path) -> dict[str, Any]:
+    """For a checkpoint a search verified (`<search>/tune/trial_<id>/checkpoint_<n>/[p<j>/]best`):
+    the search's name, the trial and its MLflow run, read from the search's `verified.json`, so
+    that recording it again (into another database, `verify --record --db`) keeps where it came
+    from; {} for any other folder."""
+    try:
+        here = Path(path).resolve()
+    except OSError:
+        return {}
+    for folder in here.parents:
+        meta = _read(folder / "search.json")
+        if meta is None:
+            continue
+        for item in (_read(folder / "verified.json") or {}).values():
+            if isinstance(item, dict) and item.get("checkpoint") and \
+                    Path(str(item["checkpoint"])).resolve() == here:
+                return {"search_name": meta.get("name") or folder.name,
+                        "trial_id": item.get("trial_id"),
+                        "mlflow_run_id": item.get("mlflow_run_id")}
+        return {}
+    return {}
+
+
 def search_lines(row: dict[str, Any], searches_root: str | Path | None) -> list[str]:
     """Markdown lines for one entry's section: empty unless a search recorded it. Without the
     search's folder, the lines an earlier publication printed (its entry.json) stand in."""

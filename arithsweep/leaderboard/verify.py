@@ -34,7 +34,7 @@ from arithsweep.core.data.tasks import Task
 from arithsweep.core.errors import ArithsweepError, ConfigError
 from arithsweep.core.evaluation.evaluate import breakdown, exact_match, greedy_decode
 from arithsweep.core.model.checkpoint import Checkpoint, load_checkpoint
-from arithsweep.leaderboard.provenance import PROVENANCE, published_entry
+from arithsweep.leaderboard.provenance import PROVENANCE, checkpoint_provenance, published_entry
 from arithsweep.leaderboard.report import SUITE, VerificationReport, nines, wilson_lower
 
 SUITE_SEED = 0x0ADD_5EED  # the suite's random sample; no training stream uses this seed
@@ -147,8 +147,9 @@ def verify(
                  "expected": task.show_answer(t), "got": task.show_answer(g)}
                 for i, t, g in zip(bad.tolist(), truth, got)]
     parts = breakdown(ok, task, a, b, op)
-    # provenance: the caller's, else a published folder's entry.json, else the checkpoint's
-    kept = published_entry(ck.path, ck.sha256)
+    # provenance: the caller's, else a published folder's entry.json, else the search folder
+    # the checkpoint sits in, else the checkpoint's own meta
+    kept = published_entry(ck.path, ck.sha256) or checkpoint_provenance(ck.path)
     extra = {**{k: kept[k] for k in PROVENANCE if kept.get(k)},
              **{k: v for k, v in (extra or {}).items() if v is not None}}
     meta = ck.meta
