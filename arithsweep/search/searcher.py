@@ -297,13 +297,18 @@ class ConstrainedOptunaSearch(OptunaSearch):
                     self._last.pop(trial_id, None)
                     return
                 self._constrain(ot_trial, violation)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                # a trial of a resumed search whose Optuna trial the last run closed: its
+                # record stands (no warning: every resume of a cut search meets some)
+                log.debug("search %s: trial %s was closed by an earlier run", self._name,
+                          trial_id)
             except Exception as exc:  # a storage hiccup must not end the search
                 log.warning("could not set the constraint of %s: %s", trial_id, exc)
         try:
             super().on_trial_complete(trial_id, result=result, error=error)
         except optuna.exceptions.UpdateFinishedTrialError:
-            log.warning("search %s: trial %s finished, but its Optuna trial was closed before",
-                        self._name, trial_id)
+            log.debug("search %s: trial %s finished, but its Optuna trial was closed before",
+                      self._name, trial_id)
         self._last.pop(trial_id, None)
 
     def _await_verification(self, pid: str, ot_trial: optuna.Trial, val, violation: float,
