@@ -196,6 +196,23 @@ def test_plateau_never_stops_a_model_whose_loss_still_falls():
     assert not any(late.update(0.01 * i, 1.0) for i in range(20))
 
 
+def test_a_seed_that_learnt_part_of_the_task_gets_the_low_lr_end_of_its_schedule():
+    """add10's 57 p: its best seed swung between 0.2% and 59% from one evaluation to the next
+    at a high lr; flat evaluations count only once the lr is below half its peak, or for a
+    model that has learnt less than a tenth (at chance: stopped as before)."""
+    from arithsweep.search.trainable import Plateau
+
+    swing = [0.59, 0.002, 0.4, 0.01, 0.55, 0.3] * 5
+    high = Plateau(patience=3)
+    assert not any(high.update(em, 1.0, lr_share=0.8) for em in swing)
+    assert [high.update(0.5, 1.0, lr_share=0.4) for _ in range(3)] == [False, False, True]
+    chance = Plateau(patience=3)  # nothing learnt: the high lr does not hold it
+    assert [chance.update(0.01, 1.0, lr_share=0.9) for _ in range(4)] == [
+        False, False, False, True]
+    unknown = Plateau(patience=3)  # no lr given: the rule as it was
+    assert any(unknown.update(em, 1.0) for em in swing)
+
+
 def test_patience_grows_with_the_schedule_and_never_falls_below_the_searchs():
     """A long schedule is long because its models grok late: a tenth of its evaluations
     without progress, where that is more than --patience (add10's 133K steps: 27, not 8)."""

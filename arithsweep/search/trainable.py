@@ -12,7 +12,9 @@ trial stops on its own curve, never because a model of another size is ahead of 
   same rule `arithsweep train` uses;
 - plateau: for `patience` evaluations (or a tenth of its schedule's, if more) no seed
   improved its exact match, its per-digit accuracy or its loss (a tiny model at chance whose
-  answer digits are being learnt one by one, or whose loss still falls, keeps training);
+  answer digits are being learnt one by one, or whose loss still falls, keeps training; one
+  whose best seed has learnt a tenth of the problems keeps training while the lr is above
+  half its peak: it oscillates until the schedule's low-lr end settles it);
 - budget: its steps or time ran out.
 
 A near miss (best seed within `near_miss` of the target) earns a second round: its best seed
@@ -53,6 +55,12 @@ PATIENCE = 8  # evaluations without progress before a trial counts as stuck
 # models grok late (MicroAdder's 44 p on add10: no progress in exact match or loss from step
 # 8K to 25.5K of 60K, then 45% by the end); on add3's 25K-40K schedules it is the 8 above
 PATIENCE_SHARE = 0.1
+# A best seed at LEARNT exact match or more has learnt part of the task; while the lr is above
+# HIGH_LR of its peak such a seed oscillates (add10's 57 p: 0.2% <-> 59% from one evaluation
+# to the next at lr 0.015-0.017, cut by the plateau rule at step 32.5K of 83K), and the
+# schedule's low-lr end is what settles it, so until then its flat evaluations do not count
+LEARNT = 0.1
+HIGH_LR = 0.5
 MIN_EM_GAIN = 0.002  # exact-match gain of the best seed that counts as progress
 MIN_LOSS_GAIN = 0.02  # relative fall of the best seed's loss that counts as progress
 MIN_DIGIT_GAIN = 0.005  # gain of the best seed's mean per-digit accuracy that counts
@@ -70,15 +78,20 @@ class Plateau:
         self.best_em, self.best_loss, self.since = -1.0, math.inf, 0
         self.best_digits = -1.0
 
-    def update(self, em: float, loss: float, digits: float | None = None) -> bool:
-        """Feed one evaluation (`digits`: the best seed's mean per-answer-digit accuracy);
-        True once `patience` evaluations in a row made no progress."""
+    def update(self, em: float, loss: float, digits: float | None = None,
+               lr_share: float | None = None) -> bool:
+        """Feed one evaluation (`digits`: the best seed's mean per-answer-digit accuracy;
+        `lr_share`: the lr now over the schedule's peak); True once `patience` evaluations in
+        a row made no progress, not counting those of a seed that has learnt part of the task
+        (LEARNT) while the lr is still high (HIGH_LR)."""
         better = em > self.best_em + MIN_EM_GAIN or loss < self.best_loss * (1 - MIN_LOSS_GAIN)
         if digits is not None:
             better = better or digits > self.best_digits + MIN_DIGIT_GAIN
             self.best_digits = max(self.best_digits, digits)
         self.best_em, self.best_loss = max(self.best_em, em), min(self.best_loss, loss)
         self.since = 0 if better else self.since + 1
+        if lr_share is not None and lr_share > HIGH_LR and self.best_em >= LEARNT:
+            self.since = 0
         return self.since >= self.patience
 
 
@@ -88,6 +101,12 @@ def patience_for(const: dict[str, Any], cfg: Any) -> int:
     given = int(const.get("patience", PATIENCE) or PATIENCE)
     share = math.ceil(PATIENCE_SHARE * cfg.steps / max(1, cfg.eval_every)) if cfg.steps else 0
     return max(given, share)
+
+
+def lr_share(point: Any, cfg: Any) -> float | None:
+    """The lr at an evaluation over the schedule's peak (None when either is unknown)."""
+    lr, peak = getattr(point, "lr", None), getattr(cfg, "lr", None)
+    return float(lr) / float(peak) if lr is not None and peak else None
 
 
 def digit_accuracy(point: Any) -> float | None:
@@ -258,7 +277,8 @@ class _Trial:
         if self.check.held_out_reached(result) and self.check.passes(result):
             self.reason, stop = "reached target", True
             row["full_em"] = self.check.value(result)
-        elif self.plateau.update(point.best_em, row["loss"], digit_accuracy(point)):
+        elif self.plateau.update(point.best_em, row["loss"], digit_accuracy(point),
+                                 lr_share(point, self.setup.train_cfg)):
             self.reason, stop = "plateau", True
         if best > self.best:
             self.best, self.ts.improved = best, True
@@ -351,7 +371,8 @@ class _Pack:
         if self.checks[j].held_out_reached(result) and self.checks[j].passes(result):
             self.reasons[j], stop = "reached target", True
             row["full_em"] = self.checks[j].value(result)
-        elif self.plateaus[j].update(point.best_em, row["loss"], digit_accuracy(point)):
+        elif self.plateaus[j].update(point.best_em, row["loss"], digit_accuracy(point),
+                                     lr_share(point, self.setups[j].train_cfg)):
             self.reasons[j], stop = "plateau", True
         if best > self.best[j]:
             self.best[j], self.ts.improved = best, True
