@@ -90,7 +90,9 @@ def test_the_table_marks_them_published_and_names_the_reverify_command(clone):
     said = " ".join(out.stdout.split())
     assert "arithsweep verify --published leaderboard" in said
     md = cli(clone, "leaderboard", "--markdown", "--task", "add10").stdout
-    assert "| source |" in md and md.count("| published |") == 2  # add10: 56 p and 74 p
+    doc = json.loads((clone / "leaderboard" / "entries.json").read_text())
+    add10 = [e for e in (doc["entries"] if isinstance(doc, dict) else doc) if e["task"] == "add10"]
+    assert "| source |" in md and md.count("| published |") == len(add10) >= 2
     csv = cli(clone, "leaderboard", "--csv", "--all").stdout.splitlines()
     assert csv[0].endswith(",source,sha256_ok,status") and len(csv) == PUBLISHED + 1
     assert all(line.endswith(",published,true,sha256 ok") for line in csv[1:])
