@@ -95,10 +95,12 @@ def keep(exp_dir: Path, last: tuple = ()) -> tuple:
     meanwhile."""
     files = snapshot_files(exp_dir)
     sig = _signature(files)
-    if not sig or sig == last or not all(complete(p) for p in files):
+    if not sig or sig == last:
         return last
     times = [t for _, _, t in sig]
     if max(times) - min(times) > ONE_WRITE_NS:  # half a new snapshot beside half the last one
+        return last
+    if not all(complete(p) for p in files):  # read last: it parses the whole snapshot
         return last
     root = exp_dir / KEPT
     tmp = root / f"{time.time_ns()}.tmp"
