@@ -18,7 +18,7 @@ define-by-run function by reference and saved searches name these paths.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -215,6 +215,5 @@ def load_space(name_or_path: str | Path) -> Space:
 def parse_space(text: str, path: str | Path = "<string>") -> Space:
     """Parse and validate the YAML text of a space; every problem is one ConfigError."""
     f = parse_space_file(text, path)
-    return Space(name=f.name, description=f.description, path=f.path, params=f.params,
-                 start=f.start, seed_rule=f.seed_rule, steps_rule=f.steps_rule,
-                 steps_digits=f.steps_digits)
+    # every field of the parsed file, so that a new one cannot be dropped here
+    return Space(**{k.name: getattr(f, k.name) for k in fields(SpaceFile)})

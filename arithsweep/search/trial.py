@@ -103,8 +103,7 @@ def build_trial(config: dict[str, Any]) -> TrialSetup:
         train["seeds"] = seeds_for(tuple(tuple(r) for r in const[SEED_RULE]), params)
     if const.get(STEPS_RULE):  # ... and smaller ones take longer to grok
         steps = seeds_for(tuple(tuple(r) for r in const[STEPS_RULE]), params)
-        train["steps"] = steps_for_digits(steps, getattr(task, "n_digits", 0) or 0,
-                                          const.get(STEPS_DIGITS))
+        train["steps"] = steps_for_digits(steps, task.n_digits, const.get(STEPS_DIGITS))
     train = {**train, "target": float(const.get("train_target") or const["target"])}
     if const.get("device") and "device" not in train:
         train["device"] = const["device"]
