@@ -225,6 +225,34 @@ def test_verify_json_and_table_carry_the_classes(untrained_sub2, capsys):
     assert "By Quirke class" in out and all(c in out for c in names)
 
 
+def test_verify_reports_a_mixed_task_per_operation(tmp_path, capsys):
+    """mix tasks: addition and subtraction each get their own count, failures and nines (the
+    mix6 target is five nines on each), and they add up to the whole suite."""
+    from test_cli import run
+
+    from arithsweep.core.model.checkpoint import save_checkpoint
+    from arithsweep.core.model.model import ArithTransformer, ModelConfig
+    from arithsweep.leaderboard.verify import verify
+
+    task = get_task("mix2")
+    cfg = ModelConfig(vocab_size=task.vocab_size, n_ctx=task.n_ctx, d_model=4, n_heads=1, d_ff=4)
+    save_checkpoint(tmp_path / "m", ArithTransformer(cfg, seeds=[0]), task)
+    rep = verify(tmp_path / "m", target=0.5)
+    assert list(rep.by_op) == ["add", "sub"]
+    assert rep.by_op["add"].n == rep.by_op["sub"].n == 10**4  # mix2: every problem of each op
+    assert sum(b.failures for b in rep.by_op.values()) == rep.n_failures > 0
+    # the operation is read from the op code, so it agrees with Quirke's S (add) / M, N (sub)
+    add_classes = sum(b.n for k, b in rep.by_class.items() if k.startswith("S"))
+    assert add_classes == rep.by_op["add"].n
+    code, out, err = run(capsys, "verify", str(tmp_path / "m"), "--target", "0.5")
+    assert code == 0, err
+    assert "By operation" in out
+    sub2 = get_task("sub2")
+    cfg = ModelConfig(vocab_size=sub2.vocab_size, n_ctx=sub2.n_ctx, d_model=4, n_heads=1, d_ff=4)
+    save_checkpoint(tmp_path / "s", ArithTransformer(cfg, seeds=[0]), sub2)
+    assert verify(tmp_path / "s", target=0.5).by_op == {}  # one operation: no split
+
+
 def test_large_suite_has_an_enriched_part(monkeypatch):
     from arithsweep.leaderboard import verify as v
 

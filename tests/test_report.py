@@ -105,7 +105,7 @@ def test_defaults_and_qualifies():
     assert r.correct == 999
     assert "777 params" in r.summary()
     assert set(r.breakdown()) == {"by_carry", "by_lengths", "by_answer_len", "by_class",
-                                    "by_special"}
+                                    "by_special", "by_op"}
 
 
 def test_from_dict_errors_are_one_line():
@@ -139,3 +139,20 @@ def test_array_scalars_become_plain_json():
     json.dumps(r.to_dict())  # JSON-safe
     with pytest.raises(ArithsweepError, match="non-JSON value"):
         make_report(train_config={"x": object()})
+
+
+def test_a_mixed_task_qualifies_only_when_each_operation_does():
+    """Five nines overall can hide four on subtraction (11 failures in 1.13M, 6 of them in
+    565K subtractions): a mix model qualifies when addition and subtraction each reach it."""
+    both = {"add": Bucket(565_000, 564_995), "sub": Bucket(565_000, 564_995)}  # 5 + 5 failures
+    lopsided = {"add": Bucket(565_000, 565_000), "sub": Bucket(565_000, 564_990)}  # 0 + 10
+    kw = dict(task="mix6", target=0.99999, n_problems=1_130_000, n_failures=10,
+              exact_match=1 - 10 / 1_130_000)
+    assert make_report(**kw, by_op=both).qualifies
+    r = make_report(**kw, by_op=lopsided)
+    assert r.exact_match >= r.target and not r.qualifies
+    assert r.by_op["sub"].nines == 4 and r.by_op["add"].nines == 5
+    assert "sub 10 failures in 565,000 (4 nines)" in r.summary()
+    back = VerificationReport.from_dict(r.to_dict())  # kept through JSON (the board's column)
+    assert back.by_op == r.by_op and not back.qualifies
+    assert make_report().qualifies and not make_report().by_op  # single-op tasks as before

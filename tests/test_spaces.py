@@ -24,7 +24,8 @@ from arithsweep.search.spaces import (
 )
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-SHIPPED = ("abacus", "adderboard", "microadder", "mul", "mul3", "quirke", "sort", "tiny")
+SHIPPED = ("abacus", "adderboard", "microadder", "mul", "mul3", "quirke", "quirke6", "sort",
+           "tiny")
 
 
 def _write(tmp_path: Path, text: str, name: str = "myspace.yaml") -> Path:
@@ -423,7 +424,9 @@ def test_default_space_follows_the_task():
         "tiny", "microadder", "mul", "mul3", "sort", "quirke", "quirke", "microadder",
         "microadder", "microadder"]
     assert default_space("add11") == "adderboard"
-    assert all(default_space(t) in SHIPPED for t in ("add3", "sort2", "sub3", "add10", "mul3"))
+    assert [default_space(t) for t in ("sub4", "mix6", "mix18")] == ["quirke6"] * 3
+    assert all(default_space(t) in SHIPPED for t in ("add3", "sort2", "sub3", "add10", "mul3",
+                                                     "mix6"))
 
 
 def test_list_fields_take_one_fixed_value(tmp_path: Path) -> None:

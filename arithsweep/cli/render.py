@@ -112,6 +112,8 @@ def entry_detail(row: dict[str, Any]) -> Any:
     if breakdown.get("by_class"):
         parts.append(_bucket_table("By Quirke class", "class", breakdown["by_class"],
                                    ordered=True))
+    if breakdown.get("by_op"):  # a mixed task: addition and subtraction each with its nines
+        parts.append(_bucket_table("By operation", "operation", breakdown["by_op"], ordered=True))
     failures = row.get("failures") or []
     if failures:
         lines = [f"{f.get('problem')} = {f.get('expected')}, got {f.get('got')}" for f in failures]
@@ -178,6 +180,8 @@ def report_detail(report: Any) -> Any:
         parts.append(Text(f"worst class: {name}, {percent(em)} of {n:,}"))
     if d.get("by_class"):  # Quirke's classes, each with its own nines (add, sub, mix)
         parts.append(_bucket_table("By Quirke class", "class", d["by_class"], ordered=True))
+    if d.get("by_op"):  # a mixed task: addition and subtraction each with its nines
+        parts.append(_bucket_table("By operation", "operation", d["by_op"], ordered=True))
     lengths = d["by_lengths"]
     if len(lengths) > 25:  # add10 has 100 length pairs: show the worst ten
         worst = sorted(lengths, key=lambda k: lengths[k]["correct"] / max(1, lengths[k]["n"]))

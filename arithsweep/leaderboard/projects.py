@@ -108,10 +108,13 @@ PROJECTS: tuple[Project, ...] = (
         "`arithsweep train --config recipes/sub3-4624.yaml` (or `recipes/mix3-4656.yaml`) "
         "trains on Quirke's class-enriched problems (`--set sampling=enriched`), and "
         "`arithsweep search --task sub3 --target 0.99 --time-budget 25m` descends from that "
-        "shape in the `quirke` space (its frontier below); "
+        "shape in the `quirke` space (its frontier below); at 6 digits "
+        "`arithsweep search --task mix6 --target 0.99999` searches the `quirke6` space "
+        "(2-3 layers, d_model 20-32) at Quirke's five nines. "
         "`arithsweep verify` reports exact match and nines per class for add, sub and mix "
-        "tasks, on every problem where a task has at most 10^6 and otherwise on every "
-        "held-out one plus 2,000 enriched problems per class.",
+        "tasks, and for a mixed task per operation (it qualifies only when addition and "
+        "subtraction each reach the target), on every problem where a task has at most 10^6 "
+        "and otherwise on a million held-out ones plus 2,000 enriched problems per class.",
         _task(r"(sub|mix)\d+"), ("frontier-sub*.png", "frontier-mix*.png"),
     ),
     Project(
@@ -144,12 +147,15 @@ def _percent(x: Any) -> str:
 
 
 def _class_table(row: dict[str, Any]) -> list[str]:
-    by = (row.get("breakdown") or {}).get("by_class") or {}
+    """Per-class (and, for a mixed task, per-operation first) exact match and nines."""
+    parts = row.get("breakdown") or {}
+    by = parts.get("by_class") or {}
     if not by:
         return []
     out = ["", f"Per class, {row.get('task')} · {row.get('params')} params:", "",
            "| class | problems | exact match | nines |", "|---|---:|---:|---:|"]
-    for name, b in by.items():
+    ops = {f"all {k}": v for k, v in (parts.get("by_op") or {}).items()}
+    for name, b in {**ops, **by}.items():
         n, c = int(b.get("n", 0)), int(b.get("correct", 0))
         out.append(f"| {name} | {n:,} | {_percent(c / n if n else None)} | {nines(n - c, n)} |")
     return out

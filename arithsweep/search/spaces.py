@@ -170,16 +170,16 @@ def shipped_space_names() -> list[str]:
 
 def default_space(task: str) -> str:
     """The shipped space a search uses when none is named: the one made for that kind of task
-    (sorting; Quirke's sub/mix; multiplication, mul3 and up apart; 3-10 digit addition,
-    MicroAdder's family; longer addition, the frontier family of add10's records (adderboard);
-    everything else the small-task space)."""
+    (sorting; Quirke's sub/mix, 4 digits and up apart; multiplication, mul3 and up apart;
+    3-10 digit addition, MicroAdder's family; longer addition, the frontier family of add10's
+    records (adderboard); everything else the small-task space)."""
     from arithsweep.core.data.tasks import get_task  # the one task-name parser; torch, so lazily
 
     t = get_task(task)
     if t.op == "sort":
         return "sort"
-    if t.op in ("sub", "mix"):
-        return "quirke"
+    if t.op in ("sub", "mix"):  # 4-6 digits: wider models at Quirke's five nines
+        return "quirke6" if t.n_digits >= 4 else "quirke"
     if t.op == "mul":  # mul3's trials are hours long: its own space (search_spaces/mul3.yaml)
         return "mul3" if t.n_digits >= 3 else "mul"
     # MicroAdder's family: its 37 p found on add3 in 20 minutes, its 74 p verified on add10,

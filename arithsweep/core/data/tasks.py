@@ -56,6 +56,7 @@ OPS = ("add", "sub", "mix", "mul")
 MAX_DIGITS = {"add": 18, "sub": 18, "mix": 18, "mul": 9}  # results must fit in int64
 OP_CODES = {"add": (0,), "sub": (1,), "mix": (0, 1), "mul": (2,)}  # op code 0=add 1=sub 2=mul
 _OP_SYMBOL = "+-*"  # indexed by op code
+OP_NAMES = ("add", "sub", "mul")  # indexed by op code
 _SYMBOLS = ("+", "-", "*", "=", "<eos>", "<pad>")
 _LIST_MAX = 4 * 10**6  # problems under a length cap that holdout sampling may enumerate
 _ENCODE_ROWS = 1 << 13  # rows per digit table in a CPU encode (under 1 MB of float64 for add10)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from arithsweep.core.data.quirke import class_names, quirke_class, supported
-from arithsweep.core.data.tasks import Task
+from arithsweep.core.data.tasks import OP_NAMES, Task
 
 # tokens per forward pass per member. On a CPU small enough that a chunk's activations stay in
 # cache (add10, one thread, a busy 2-core CPU: ~2k problems a chunk, 2**16 tokens, ran ~1.3x
@@ -198,7 +198,8 @@ def breakdown(
     correct: torch.Tensor, task: Task, a: torch.Tensor, b: torch.Tensor, op: torch.Tensor
 ) -> dict[str, dict[str, tuple[int, int]]]:
     """(problems, correct) by carry class, by operand lengths, by answer length and, for add,
-    sub and mix tasks, by Quirke class (S0.., M0.., N1..; see core/data/quirke.py)."""
+    sub and mix tasks, by Quirke class (S0.., M0.., N1..; see core/data/quirke.py); for mix
+    tasks also by operation (add, sub)."""
     correct = correct.cpu()
     cls = task.carry_class(a, b, op).clamp(min=0)
     n_cls = int(cls.max()) + 1 if cls.numel() else 1
@@ -220,6 +221,10 @@ def breakdown(
     }
     if supported(task):
         parts["by_class"] = _bucket(quirke_class(task, a, b, op), correct, class_names(task))
+    if len(task.op_codes) > 1:  # mix: Quirke reports addition and subtraction apart
+        first = task.op_codes[0]  # the codes are consecutive: (0, 1) for mix
+        names = [OP_NAMES[c] for c in task.op_codes]
+        parts["by_op"] = _bucket(op.cpu() - first, correct, names)
     if getattr(task, "op", None) in ("add", "sub", "mix", "mul"):
         parts["by_special"] = _special(correct, cls, a, b, task.answer(a, b, op), nd)
     return parts

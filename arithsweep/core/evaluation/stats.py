@@ -78,7 +78,7 @@ def percent(x: float | None) -> str:
 # How verify and LEADERBOARD.md name a breakdown's buckets.
 _BREAKDOWN_NAMES = {"by_lengths": "operand lengths {k}",
                     "by_answer_len": "{k}-digit answers", "by_class": "Quirke class {k}",
-                    "by_special": "{k}"}
+                    "by_special": "{k}", "by_op": "operation {k}"}
 
 
 def class_health(breakdown: dict[str, dict[str, Any]], min_problems: int = 10,
