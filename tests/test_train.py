@@ -4,6 +4,7 @@ determinism, the early-stop bound, the distinct evaluation set and config valida
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -178,6 +179,27 @@ def test_a_small_task_checked_on_every_problem_is_gated_by_what_is_possible():
     assert big.held_out_reached(seen(1.0, 4096))
     sampled = FullCheck(get_task("add6"), 0.99)
     assert not sampled.exhaustive and not sampled.held_out_reached(seen(0.992, 4096))
+
+
+def test_the_full_check_of_a_mixed_task_is_its_weaker_operation():
+    """The stop rule's confirmation qualifies a mix model as verification does: addition and
+    subtraction each at the target, not their mean (report.qualifies)."""
+    from arithsweep.core.evaluation.confirm import FullCheck, worst_operation
+
+    op = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+    ok = torch.tensor([True, True, True, True, True, True, True, False])
+    assert worst_operation(ok, op) == 0.75  # the mean (7/8) would pass a target of 0.8
+    assert worst_operation(ok[:4], op[:4]) == 1.0 and worst_operation(ok, op * 0) == 0.875
+    from arithsweep.core.evaluation.evaluate import exact_match
+    from arithsweep.core.model.checkpoint import load_checkpoint
+
+    # the published mix3: every addition right, a few subtractions wrong (its board row)
+    ck = load_checkpoint(Path(__file__).parents[1] / "leaderboard/checkpoints/mix3-4656-5c405da9")
+    check = FullCheck(ck.task, 0.9999)
+    ok = exact_match(ck.model, ck.task, check.a, check.b, check.op)[0]
+    per_op = [float(ok[check.op == c].float().mean()) for c in (0, 1)]
+    assert per_op[1] < float(ok.float().mean()) < per_op[0]
+    assert check.score(ck.model) == per_op[1]
 
 
 @pytest.mark.parametrize("n", [256, 640, 4096])
