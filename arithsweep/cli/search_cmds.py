@@ -17,6 +17,7 @@ import typer
 
 from arithsweep.cli.common import DB_HELP, TASK_HELP, check_outputs, out, print_json, table
 from arithsweep.core.errors import ArithsweepError
+from arithsweep.core.evaluation.stats import percent
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -149,7 +150,8 @@ def _print_summary(s) -> None:
                   f"{s.n_trials / s.cpu_hours:.1f} proposals trained per CPU-hour")
     if s.best:
         b, ver = s.best, s.best.get("verified_em")
-        em = f"verified {ver:.4f}" if ver is not None else "not verified"
+        # rounded down (percent), so a model with failures never reads "verified 1.0000"
+        em = f"verified {percent(ver)}" if ver is not None else "not verified"
         out.print(f"best: [bold]{b.get('params')}[/] parameters, {em} (trial "
                   f"{b.get('trial_id')}, {b.get('exact_match'):.4f} held-out while training, "
                   f"leaderboard entry {b.get('entry_id') or '-'})")
