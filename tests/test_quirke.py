@@ -4,6 +4,7 @@ enriched generator, training on it, and the per-class part of a verification rep
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -271,3 +272,20 @@ def test_large_suite_has_an_enriched_part(monkeypatch):
     assert len(class_names(task)) == 8 and int(counts.min()) >= 100
     # random, lengths and enriched parts never repeat each other (cascades and edges may)
     assert _distinct(a, b, op).numel() >= 3000 + 2000 + 8 * 100
+
+
+def test_record_refuses_a_mix_model_whose_weaker_operation_misses(tmp_path, capsys):
+    """The published mix3 passes 0.9999 over its whole suite (99.9921%) but not on subtraction
+    (99.984%): `verify --record` says which operation missed, in one line, and records nothing."""
+    from test_cli import run
+
+    ck = Path(__file__).parents[1] / "leaderboard/checkpoints/mix3-4656-5c405da9"
+    db = tmp_path / "lb.db"
+    code, out, err = run(capsys, "verify", ck, "--record", "--db", db, "--target", "0.9999")
+    assert code != 0 and "Traceback" not in err
+    line = err.strip().splitlines()
+    assert len(line) == 1 and "not recorded: sub exact match 0.99984" in line[0], line
+    assert "add exact match" not in line[0]
+    assert "by operation: add 0 failures" in out and "does not qualify" in out
+    code, out, err = run(capsys, "leaderboard", "--db", db, "--json", "--published", "")
+    assert code == 0 and json.loads(out) == []
