@@ -81,17 +81,13 @@ def verify(
 
         out.print(report_detail(report))
         verdict = "[green]qualifies[/]" if report.qualifies else "[red]does not qualify[/]"
-        # the summary less its own verdict (kept: a mixed task's per-operation nines)
-        out.print(f"{report.summary().rsplit(';', 1)[0]}; {verdict} for target {target:g}")
+        out.print(f"{report.measured()}; {verdict} for target {target:g}")
         if entry:
             out.print(f"recorded as leaderboard entry {entry['id']} "
                       f"({'new' if created else 'updated'}) in {board.where}")
     if record and not report.qualifies:
-        low = [f"{k} exact match {b.exact_match:.6f}" for k, b in report.by_op.items()
-               if b.exact_match < target]
-        what = (f"exact match {report.exact_match:.6f}" if report.exact_match < target
-                else " and ".join(low))  # a mixed task: the whole passes, one operation not
-        raise ArithsweepError(f"not recorded: {what} is below the target {target:g}")
+        raise ArithsweepError(f"not recorded: {' and '.join(report.shortfalls())} is below "
+                              f"the target {target:g}")
 
 
 def _verify_published(folder: Path | None, target: float | None, db: str | None,

@@ -143,13 +143,20 @@ class VerificationReport:
         for name in ("failures", "model_config", "train_config"):
             setattr(self, name, _json_safe(getattr(self, name)))
 
+    def shortfalls(self) -> list[str]:
+        """What falls below the target: the whole suite's exact match, or else each operation
+        of a mixed task that does (Quirke counts a mix model's nines per operation, and a
+        whole-suite figure can hide a weaker one). Empty when the result qualifies."""
+        if self.exact_match < self.target:
+            return [f"exact match {self.exact_match:.6f}"]
+        return [f"{k} exact match {b.exact_match:.6f}" for k, b in self.by_op.items()
+                if b.exact_match < self.target]
+
     @property
     def qualifies(self) -> bool:
         """True when the verified exact match reaches the target (design: EM >= target) and,
-        for a mixed task, addition and subtraction each reach it on their own: Quirke counts a
-        mix model's nines per operation, and a whole-suite figure can hide a weaker one."""
-        ops_ok = all(b.exact_match >= self.target for b in self.by_op.values())
-        return self.exact_match >= self.target and ops_ok
+        for a mixed task, addition and subtraction each reach it on their own."""
+        return not self.shortfalls()
 
     @property
     def correct(self) -> int:
@@ -164,17 +171,20 @@ class VerificationReport:
         return [{"class": k, "problems": v.n, "failures": v.failures,
                  "exact_match": v.exact_match, "nines": v.nines} for k, v in self.by_class.items()]
 
-    def summary(self) -> str:
-        """One line for logs: task, params, exact match, failures, nines, verdict."""
-        verdict = "qualifies" if self.qualifies else "does not qualify"
+    def measured(self) -> str:
+        """The summary's figures without its verdict: task, params, exact match, failures,
+        nines, Wilson bound and, for a mixed task, each operation's failures and nines."""
+        line = (f"{self.task}: {self.params} params, exact match {self.exact_match:.6%} "
+                f"({self.n_failures} failures in {self.n_problems:,}), {self.nines} nines, "
+                f"Wilson lower {self.wilson_lower:.6f}")
         ops = ", ".join(f"{k} {b.failures} failures in {b.n:,} ({b.nines} nines)"
                         for k, b in self.by_op.items())
-        return (
-            f"{self.task}: {self.params} params, exact match {self.exact_match:.6%} "
-            f"({self.n_failures} failures in {self.n_problems:,}), {self.nines} nines, "
-            f"Wilson lower {self.wilson_lower:.6f}; {'by operation: ' + ops + '; ' if ops else ''}"
-            f"{verdict} for target {self.target:g}"
-        )
+        return f"{line}; by operation: {ops}" if ops else line
+
+    def summary(self) -> str:
+        """One line for logs: the measured figures and the verdict."""
+        verdict = "qualifies" if self.qualifies else "does not qualify"
+        return f"{self.measured()}; {verdict} for target {self.target:g}"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)  # asdict already turns the Bucket values into {"n", "correct"}
