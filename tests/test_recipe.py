@@ -75,6 +75,20 @@ def test_shipped_recipes_build_and_count_what_their_names_say():
         assert train_cfg.target >= 0.99, path.name
 
 
+def test_wd_drops_hold_keeps_a_drop_once_reached_and_reads_no_digits():
+    """tbukic's adaptive decay: a drop reached at one evaluation stays for the rest of the run,
+    even when the member's exact match dips, and no answer-digit gate applies."""
+    drops = TrainConfig(wd_drops=[[0.01, 0.1], [0.05, 0.001]], wd_drops_hold=True).wd_drops
+    digits = [[0.1] * 3] * 4  # far below MicroAdder's 70% gate
+    first = wd_factors(drops, [0.0, 0.02, 0.3, 0.3], digits, held=[1.0] * 4)
+    assert first == [1.0, 0.1, 0.001, 0.001]
+    # the next evaluation: members 1 and 2 dip to chance, member 0 passes 1%, 3 stays
+    again = wd_factors(drops, [0.02, 0.0, 0.0, float("nan")], digits, held=first)
+    assert again == [0.1, 0.1, 0.001, 0.001]
+    # without hold the same dips give the decay back, and the gate blocks the low-digit members
+    assert wd_factors(drops, [0.02, 0.0, 0.3, 0.3], digits) == [1.0, 1.0, 1.0, 1.0]
+
+
 def test_wd_drops_scale_each_members_decay_by_its_own_progress():
     """MicroAdder's adaptive decay: the last step reached applies, only with 70% of the answer
     digits right, and a member that falls back decays fully again."""

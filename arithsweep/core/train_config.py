@@ -54,6 +54,11 @@ class TrainConfig(DictConfig):
     # reached with >= 70% of its answer digits right, else at weight_decay (so decay returns if
     # it falls back). MicroAdder: [[0.02, 0.1], [0.2, 0.01]]. None = constant.
     wd_drops: list | None = None
+    # tbukic's form of wd_drops: a drop holds for the rest of the run once the member's exact
+    # match has passed it at one evaluation (no digit gate; decay never comes back when a
+    # grokking seed dips). Its "x0.1 past 1%, x0.01 past 5%" compounds: [[0.01, 0.1],
+    # [0.05, 0.001]] with this on
+    wd_drops_hold: bool = False
     beta1: float = 0.9
     beta2: float = 0.98
     grad_clip: float = 1.0  # per-seed global-norm clip; 0 = off

@@ -273,7 +273,11 @@ class _PackRun:
                 data.running[j] = False
                 self.running[o:o + n] = False  # frozen from the next step on
         if self.c0.wd_drops and any(data.running):
-            factors = wd_factors(self.c0.wd_drops, ok, pos_acc)
+            held = None
+            if self.c0.wd_drops_hold:  # the factor so far is in the optimiser (saved with it)
+                held = torch.where(self.base_wd > 0, self.opt.wd / self.base_wd.clamp_min(1e-30),
+                                   torch.ones_like(self.base_wd)).tolist()
+            factors = wd_factors(self.c0.wd_drops, ok, pos_acc, held)
             self.opt.wd.copy_(self.base_wd * torch.tensor(factors, device=self.device))
 
     # ---------------------------------------------------------------------------- state

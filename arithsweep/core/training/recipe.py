@@ -29,14 +29,18 @@ from arithsweep.core.data.tasks import Task
 WD_DROP_DIGITS = 0.7  # answer-digit accuracy a wd_drops step also needs (MicroAdder's gate)
 
 
-def wd_factors(drops: list[list[float]], exact: list[float],
-               digits: list[list[float]]) -> list[float]:
+def wd_factors(drops: list[list[float]], exact: list[float], digits: list[list[float]],
+               held: list[float] | None = None) -> list[float]:
     """Per member, the weight-decay factor `TrainConfig.wd_drops` gives it after an evaluation:
-    exact (K,) held-out exact match, digits (K, answer_len) accuracy per answer position."""
+    exact (K,) held-out exact match, digits (K, answer_len) accuracy per answer position.
+    held (K,): the factors so far, for `wd_drops_hold` (tbukic's rule: no digit gate, and a
+    factor only ever falls); None = MicroAdder's rule, re-read at every evaluation."""
     out = []
-    for em, acc in zip(exact, digits):
-        ok = bool(acc) and sum(acc) / len(acc) >= WD_DROP_DIGITS and em == em  # nan: failed
-        out.append(next((f for at, f in reversed(drops) if ok and em >= at), 1.0))
+    for j, (em, acc) in enumerate(zip(exact, digits)):
+        ok = em == em and (held is not None  # nan: failed
+                           or bool(acc) and sum(acc) / len(acc) >= WD_DROP_DIGITS)
+        f = next((f for at, f in reversed(drops) if ok and em >= at), 1.0)
+        out.append(f if held is None else min(f, held[j]))
     return out
 
 
