@@ -10,7 +10,7 @@ from arithsweep.core.data.mix import carry_share, curriculum_cap
 from arithsweep.core.data.tasks import get_task
 from arithsweep.core.errors import ConfigError
 from arithsweep.core.model.model import ArithTransformer
-from arithsweep.core.training.recipe import GrokfastEMA, mine_errors, wd_factors
+from arithsweep.core.training.recipe import GrokfastEMA, decay_factors, mine_errors, wd_factors
 
 
 def test_carry_share_fades_between_the_fractions():
@@ -87,6 +87,10 @@ def test_wd_drops_hold_keeps_a_drop_once_reached_and_reads_no_digits():
     assert again == [0.1, 0.1, 0.001, 0.001]
     # without hold the same dips give the decay back, and the gate blocks the low-digit members
     assert wd_factors(drops, [0.02, 0.0, 0.3, 0.3], digits) == [1.0, 1.0, 1.0, 1.0]
+    # the trainer reads the factors so far back from the optimiser's per-member decay
+    base = torch.tensor([0.01, 0.01, 0.0])
+    held = decay_factors(base * torch.tensor([0.1, 0.001, 1.0]), base)
+    assert held == pytest.approx([0.1, 0.001, 1.0])
 
 
 def test_wd_drops_scale_each_members_decay_by_its_own_progress():

@@ -35,7 +35,13 @@ from arithsweep.core.evaluation.evaluate import EvalSet, answer_start, score
 from arithsweep.core.model.model import ArithTransformer, ModelConfig, count_params
 from arithsweep.core.model.tiny_layout import kernel_threads, tiny_logits, tiny_loss
 from arithsweep.core.training.optim import LrTable, PackAdamW
-from arithsweep.core.training.recipe import GrokfastEMA, grokfast_on, lbfgs_polish, wd_factors
+from arithsweep.core.training.recipe import (
+    GrokfastEMA,
+    decay_factors,
+    grokfast_on,
+    lbfgs_polish,
+    wd_factors,
+)
 from arithsweep.core.training.resume import (
     Checkpointing,
     generator_state,
@@ -273,10 +279,8 @@ class _PackRun:
                 data.running[j] = False
                 self.running[o:o + n] = False  # frozen from the next step on
         if self.c0.wd_drops and any(data.running):
-            held = None
-            if self.c0.wd_drops_hold:  # the factor so far is in the optimiser (saved with it)
-                held = torch.where(self.base_wd > 0, self.opt.wd / self.base_wd.clamp_min(1e-30),
-                                   torch.ones_like(self.base_wd)).tolist()
+            # the factors so far live in the optimiser's decay, which a resume restores
+            held = decay_factors(self.opt.wd, self.base_wd) if self.c0.wd_drops_hold else None
             factors = wd_factors(self.c0.wd_drops, ok, pos_acc, held)
             self.opt.wd.copy_(self.base_wd * torch.tensor(factors, device=self.device))
 

@@ -44,6 +44,12 @@ def wd_factors(drops: list[list[float]], exact: list[float], digits: list[list[f
     return out
 
 
+def decay_factors(wd: torch.Tensor, base: torch.Tensor) -> list[float]:
+    """Per member, the factor its decay `wd` (K,) is at relative to `base` (K,); 1 where the
+    base is 0 (nothing to drop)."""
+    return torch.where(base > 0, wd / base.clamp_min(1e-30), torch.ones_like(base)).tolist()
+
+
 def grokfast_on(cfg: TrainConfig, step: int) -> bool:
     """Does the Grokfast filter run at `step`? Everywhere when alpha > 0, unless a phase asks
     for it: then only inside such phases."""
