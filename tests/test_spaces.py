@@ -25,7 +25,7 @@ from arithsweep.search.spaces import (
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 SHIPPED = ("abacus", "adderboard", "microadder", "mul", "mul3", "quirke", "quirke6", "sort",
-           "tiny")
+           "tbukic", "tiny")
 
 
 def _write(tmp_path: Path, text: str, name: str = "myspace.yaml") -> Path:
