@@ -422,7 +422,8 @@ def test_default_space_follows_the_task():
     assert [default_space(t) for t in ("add2", "add3", "mul2", "mul3", "sort3", "sub3", "mix2",
                                        "add6", "add10", "ADD10")] == [
         "tiny", "microadder", "mul", "mul3", "sort", "quirke", "quirke", "microadder",
-        "microadder", "microadder"]
+        "tbukic", "tbukic"]
+    assert default_space("add9") == "microadder"
     assert default_space("add11") == "adderboard"
     assert [default_space(t) for t in ("sub4", "mix6", "mix18")] == ["quirke6"] * 3
     assert all(default_space(t) in SHIPPED for t in ("add3", "sort2", "sub3", "add10", "mul3",

@@ -49,7 +49,7 @@ def _live_view():
 def search(
     task: str = typer.Option(None, "--task", "-t", help=TASK_HELP),
     target: float = typer.Option(None, "--target", help="exact match a trial must reach (default 0.99)"),
-    space: str = typer.Option("", "--space", "-s", help="shipped space name (see `arithsweep spaces`) or a YAML path (default: sort for sort, quirke for sub/mix up to 3 digits, quirke6 from 4, mul for mul1-mul2, mul3 for mul3 and up, microadder for add3-add10, adderboard for add11 and up, else tiny)"),
+    space: str = typer.Option("", "--space", "-s", help="shipped space name (see `arithsweep spaces`) or a YAML path (default: sort for sort, quirke for sub/mix up to 3 digits, quirke6 from 4, mul for mul1-mul2, mul3 for mul3 and up, microadder for add3-add9, tbukic for add10, adderboard for add11 and up, else tiny)"),
     trials: int = typer.Option(20, "--trials", "-n", help="trials in total (on --resume: the new total)"),
     concurrency: int = typer.Option(None, "--concurrency", "-j", help="trials at once (default: as resources allow)"),
     cpus_per_trial: float = typer.Option(1.0, "--cpus-per-trial", help="CPUs per trial (fractions allowed)"),

@@ -171,8 +171,9 @@ def shipped_space_names() -> list[str]:
 def default_space(task: str) -> str:
     """The shipped space a search uses when none is named: the one made for that kind of task
     (sorting; Quirke's sub/mix, 4 digits and up apart; multiplication, mul3 and up apart;
-    3-10 digit addition, MicroAdder's family; longer addition, the frontier family of add10's
-    records (adderboard); everything else the small-task space)."""
+    add10, the family and recipe of its trained records (tbukic); 3-9 digit addition,
+    MicroAdder's family; longer addition, the frontier family of add10's records
+    (adderboard); everything else the small-task space)."""
     from arithsweep.core.data.tasks import get_task  # the one task-name parser; torch, so lazily
 
     t = get_task(task)
@@ -182,6 +183,10 @@ def default_space(task: str) -> str:
         return "quirke6" if t.n_digits >= 4 else "quirke"
     if t.op == "mul":  # mul3's trials are hours long: its own space (search_spaces/mul3.yaml)
         return "mul3" if t.n_digits >= 3 else "mul"
+    # add10, AdderBoard's task: the records' own family with their recipe, where tbukic's 44 p
+    # trained here (1 of 32 seeds at 99%) while MicroAdder's family stopped at 57 p
+    if t.op == "add" and t.n_digits == 10:
+        return "tbukic"
     # MicroAdder's family: its 37 p found on add3 in 20 minutes, its 74 p verified on add10,
     # and its d4 shapes (37-44 p) count the same at every length; tiny stops near 190 p
     if t.op == "add" and 3 <= t.n_digits <= 10:
