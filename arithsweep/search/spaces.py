@@ -184,12 +184,12 @@ def default_space(task: str) -> str:
     if t.op == "mul":  # mul3's trials are hours long: its own space (search_spaces/mul3.yaml)
         return "mul3" if t.n_digits >= 3 else "mul"
     # add10, AdderBoard's task: the records' own family with their recipe, where tbukic's 44 p
-    # trained here (1 of 32 seeds at 99%) while MicroAdder's family stopped at 57 p
+    # trained here (2 of 64 seeds at 99%) while MicroAdder's family stopped at 57 p
     if t.op == "add" and t.n_digits == 10:
         return "tbukic"
     # MicroAdder's family: its 37 p found on add3 in 20 minutes, its 74 p verified on add10,
     # and its d4 shapes (37-44 p) count the same at every length; tiny stops near 190 p
-    if t.op == "add" and 3 <= t.n_digits <= 10:
+    if t.op == "add" and 3 <= t.n_digits <= 9:
         return "microadder"
     return "adderboard" if t.op == "add" and t.n_digits >= 6 else "tiny"
 

@@ -128,21 +128,24 @@ class FullCheck:
         self._encoded: EvalSet | None = None  # the problems encoded once, on the last device
 
     def held_out_reached(self, result: Any) -> bool:
-        """Does the best seed's held-out exact match clear the target (best-of-K corrected)?
+        """Is the best seed's held-out exact match worth the full check?
 
-        Where the confirmation is every problem of a small task, that exact and cheap check
-        decides, and the held-out estimate only has to make the target possible: at `floor`
-        with every training problem right, the whole set reaches it. The held-out side is a
-        sliver there (mul2: 634 of 10^4), and a model that fits the training problems may score
-        below the target on it alone: mul2-s3's start shape, 97.95% held-out, answered 99.87%
-        of all 10^4 problems, and a gate at the target (as before) never checked it."""
+        A sampled check (add10 and up: 200K problems in verification's mix) decides on its own,
+        so the held-out figure at the target asks it. A big exhaustive one (every problem of
+        add3, 10^6) costs more: the held-out Wilson bound, corrected for the best of K seeds,
+        must clear the target first. Where the confirmation is every problem of a small
+        task, that exact and cheap check decides, and the held-out estimate only has to make
+        the target possible: at `floor` with every training problem right, the whole set
+        reaches it. The held-out side is a sliver there (mul2: 634 of 10^4), and a model that
+        fits the training problems may score below the target on it alone: mul2-s3's start
+        shape, 97.95% held-out, answered 99.87% of all 10^4 problems, and a gate at the target
+        (as before) never checked it."""
         if self.exhaustive and self.task.n_problems <= CHEAP_EXHAUSTIVE:
             return result.best_em >= self.floor
         if not self.exhaustive:
-            # a sample of the problems (add10 and up) is its own bound, on 200K of them: the
-            # held-out estimate at the target is enough to ask it. Bounded on 4,096 problems and
-            # corrected for 32 seeds, the gate needed about 99.4% held-out, and add10's 44 p
-            # (99.29% held-out, 99.19% of the suite) was never checked
+            # bounded on 4,096 problems and corrected for 32 seeds, this gate needed about
+            # 99.4% held-out, and add10's 44 p (99.29% held-out, 99.19% of the suite) was never
+            # checked
             return result.best_em >= self.target
         live = sum(1 for f in result.failed if not f) or 1
         return reached(result.best_em, eval_size_of(result), self.target, live)
