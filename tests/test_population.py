@@ -169,3 +169,27 @@ def test_a_near_miss_second_round_retrains_its_best_seed_exactly_as_it_began():
     assert (nxt.seed, nxt.seeds, nxt.steps) == (5, 1, 80)
     alone = train(task, m, replace(nxt, steps=base.steps))
     _assert_same_member(pack.model.member_state(2), alone.model.member_state(0))
+
+
+def test_a_continue_round_starts_from_the_best_weights_with_new_data(tmp_path):
+    """near_miss_round=continue: the next round starts every member from the saved best
+    weights (init_from), with data streams the first round never drew, at the lr its cosine
+    ended at, no curriculum and no warmup, for the same number of steps."""
+    from arithsweep.search.trainable import CONTINUE_SEEDS, next_round
+
+    task, m, base = _base(steps=40, seed=3, seeds=12)
+    base = replace(base, near_miss_round="continue", curriculum=[[10, 1]], warmup=5)
+    nxt = next_round(base, 2, tmp_path / "start")
+    assert nxt.init_from == str(tmp_path / "start")
+    assert (nxt.seed, nxt.seeds, nxt.steps) == (15, CONTINUE_SEEDS, 40)
+    assert nxt.lr == base.lr * base.min_lr_ratio and nxt.warmup == 0 and nxt.curriculum is None
+    with pytest.raises(ConfigError, match="continue"):
+        next_round(base, 2)
+    # as the trial runs it: the round's best member saved, then two steps of the next round
+    first = train(task, m, replace(base, seeds=3))
+    first.save_best(tmp_path / "start")
+    best = first.model.member_state(first.best_seed)
+    cont = train(task, m, replace(nxt, steps=2, eval_every=1))
+    for i in range(cont.model.k):  # Adam moves a weight at most ~lr per step
+        for name, v in cont.model.member_state(i).items():
+            torch.testing.assert_close(v, best[name], atol=3 * nxt.lr, rtol=0, msg=name)

@@ -47,6 +47,7 @@ def train(
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
     log: Path = typer.Option(None, "--log", help="append one line per evaluation to this file (runs in the background)"),
     resume: Path = typer.Option(None, "--resume", help="continue the killed run in this folder (its --out) from its last training state; it ends as if never stopped"),
+    init_from: Path = typer.Option(None, "--init-from", help="start every seed from this checkpoint's weights instead of a fresh initialisation (continue a near miss on a new schedule; same architecture and format)"),
 ) -> None:
     """Train K seeds of one architecture together; save the best as a checkpoint. The run's
     whole state is saved as it trains (every checkpoint_every steps, or about every 5 minutes),
@@ -58,7 +59,8 @@ def train(
 
     over = model_overrides(sets, d_model=d_model, n_layers=layers, n_heads=heads, d_ff=d_ff,
                             pos=pos, seeds=seeds, steps=steps, lr=lr, seed=seed,
-                            target=target, device=device, layout=layout)
+                            target=target, device=device, layout=layout,
+                            init_from=init_from and str(init_from.resolve()))
     if resume is not None:
         given = [n for n, v in (("--task", task), ("--format", fmt), ("--config", config),
                                 ("--out", out_dir)) if v is not None] + [f"--{k}" for k in over]

@@ -64,6 +64,10 @@ class TrainConfig(DictConfig):
     grad_clip: float = 1.0  # per-seed global-norm clip; 0 = off
     seeds: int = 4  # K: seeds of one architecture trained together
     seed: int = 0  # seed i of the pack is seed + i (init and data)
+    # A checkpoint folder whose weights start every seed instead of a fresh initialisation (seed
+    # i then differs only in its data): continuing a near miss at a low lr, with its own
+    # schedule. The checkpoint must hold this run's architecture and task format. None = fresh.
+    init_from: str | None = None
     # uniform (operand lengths uniform) | values (operands uniform over the problem space) |
     # carry (carry cascades forced) | mixed: carry_frac carry, the rest half uniform, half values
     # | enriched: Quirke's classes S0..S5, M0..M4, N1..N4 in equal shares (add/sub/mix only;
@@ -129,6 +133,12 @@ class TrainConfig(DictConfig):
     # (no decay) at finish_lr on batches of the member's errors among finish_pool fixed
     # training-split problems, padded with fresh training problems to batch_size; the errors
     # are mined again each round, until none is left (tbukic's 36 p: 2 rounds, 70 pairs, 1e-4).
+    # A search trial's near-miss round (search/trainable.next_round): "retrain" its best seed
+    # alone from its own initialisation for twice the steps (add3's 57 p: 98.78% -> 99.52%), or
+    # "continue" the best member's best weights (init_from) as min(seeds, 8) members with their
+    # own data, for `steps` more steps from the lr the cosine ended at, with no curriculum: a
+    # grokking recipe's seed retrained on another schedule lost its lottery (add10's 44 p).
+    near_miss_round: str = "retrain"
     finish_rounds: int = 0
     finish_steps: int = 200
     finish_lr: float = 1e-4
@@ -186,6 +196,11 @@ class TrainConfig(DictConfig):
         if self.train_digits is not None:
             whole("train_digits", 1)
         whole("polish_pool", 1)
+        need(self.near_miss_round in ("retrain", "continue"), "near_miss_round",
+             "must be retrain or continue")
+        start = self.init_from
+        need(start is None or (isinstance(start, str) and bool(start.strip())), "init_from",
+             "must be a checkpoint folder or null")
         need(0 <= self.carry_fade_start <= self.carry_fade_end <= 1, "carry_fade_end",
              "carry_fade_start <= carry_fade_end must both be fractions of steps in [0, 1]")
         need(isinstance(self.values_share, (int, float)) and not isinstance(

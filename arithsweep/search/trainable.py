@@ -22,7 +22,9 @@ alone, from its own initialisation, for twice the steps. At these sizes the seed
 lottery and length the cure: add3-micro-s1's 57-p start point stopped at 98.78% (seed 5 of
 8, 25K steps and a polish); seed 5 alone for 50K steps answers 99.52% of all 10^6 problems, in
 220 s on one core, where the round it replaced (16 fresh seeds for 50K steps) costs about four
-times the first round. The last report carries `stop_reason`, `rounds`, and `seeds_reached`
+times the first round. A recipe that groks late (`near_miss_round: continue`) continues the
+best seed's best weights instead, as a few members with new data (`next_round`). The last
+report carries `stop_reason`, `rounds`, and `seeds_reached`
 out of `seeds_trained` (distinct seeds: a second round adds none): the success rate a user
 needs to reproduce the architecture.
 
@@ -170,9 +172,22 @@ def near_miss(reached: bool, best: float, band: float) -> bool:
     return not reached and best >= band
 
 
-def next_round(cfg: Any, best_index: int) -> Any:
-    """A near miss's next round: the last round's best seed (`best_index` into its pack)
-    alone, from its own initialisation (a member trains the same in any pack), twice as long."""
+CONTINUE_SEEDS = 8  # a "continue" round's members: data orders are cheap in a tiny pack
+
+
+def next_round(cfg: Any, best_index: int, start: Path | None = None) -> Any:
+    """A near miss's next round (TrainConfig.near_miss_round). "retrain": the last round's best
+    seed (`best_index` into its pack) alone, from its own initialisation (a member trains the
+    same in any pack), twice as long. "continue": from `start`, the checkpoint of that seed's
+    best weights, as up to CONTINUE_SEEDS members with new data streams, for `steps` more
+    steps of a cosine from the lr the last one ended at, curriculum and warmup off."""
+    if cfg.near_miss_round == "continue":
+        if start is None:
+            raise ConfigError("near_miss_round=continue: no checkpoint to continue from")
+        return replace(cfg, init_from=str(start), seed=cfg.seed + cfg.seeds,
+                       seeds=min(cfg.seeds, CONTINUE_SEEDS), lr=cfg.lr * cfg.min_lr_ratio,
+                       warmup=0, curriculum=None, curriculum_steps=0, curriculum_stages=0,
+                       restart_steps=0, phases=None)
     return replace(cfg, seed=cfg.seed + int(best_index), seeds=1, steps=2 * cfg.steps,
                    restart_steps=2 * cfg.restart_steps)
 
@@ -219,7 +234,11 @@ class _Trial:
         for r in range(first, rounds):
             self.round = r
             if r > first:
-                cfg = next_round(cfg, last.best_seed)
+                start = None
+                if cfg.near_miss_round == "continue":  # the best round's best weights
+                    start = self.ts.dir / f"round{r}-start"
+                    best_round.save_best(start)
+                cfg = next_round(cfg, last.best_seed, start)
             self.plateau = Plateau(patience_for(self.const, cfg))
             self.reason = ""
             if r == first and self.plateau_saved:
@@ -239,7 +258,9 @@ class _Trial:
             self.step0 += result.steps
             self.seeds_trained += 0 if r else cfg.seeds
             final = result.history[-1].exact_match if result.history else []
-            self.seeds_reached += sum(1 for e in final if not math.isnan(e) and e >= self.target)
+            hits = sum(1 for e in final if not math.isnan(e) and e >= self.target)
+            # a later round trains a seed already counted: it adds one only if none was
+            self.seeds_reached += hits if r == 0 else int(hits > 0 and not self.seeds_reached)
             if self.reason == "reached target" or self.best < self.target - near:
                 break
         self.result = best_round  # the trial's checkpoint keeps the best round's best member

@@ -207,3 +207,22 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         path=d, model=model.to(map_location), model_cfg=cfg, task=task, train_cfg=train_cfg,
         sha256=digest, params=params, metrics=doc.get("metrics") or {}, meta=meta,
     )
+
+
+def start_members_from(model: ArithTransformer, task: Task, path: str | Path) -> str:
+    """Every member of `model` (a pack) takes the weights of the checkpoint at `path`
+    (TrainConfig.init_from). Its task format and architecture must be the pack's: weights of
+    another format read other tokens, and a mismatched shape would be caught too late. Returns
+    the checkpoint's weights sha256, for the run's provenance."""
+    ck = load_checkpoint(path)
+    if (ck.task.name, ck.task.fmt.name) != (task.name, task.fmt.name):
+        raise CheckpointError(f"init_from {ck.path}: a {ck.task.name} model in format "
+                              f"{ck.task.fmt.name}; this run trains {task.name} in "
+                              f"{task.fmt.name}")
+    if ck.model_cfg != model.cfg:
+        raise CheckpointError(f"init_from {ck.path}: its architecture ({ck.model_cfg.summary()}, "
+                              f"{ck.params} p) is not this run's ({model.cfg.summary()})")
+    state = ck.model.member_state(0)
+    for i in range(model.k):
+        model.load_member_state(i, state)
+    return ck.sha256

@@ -32,6 +32,7 @@ from arithsweep.core.data.tasks import Task
 from arithsweep.core.errors import ConfigError
 from arithsweep.core.evaluation.confirm import eval_problems, reached
 from arithsweep.core.evaluation.evaluate import EvalSet, answer_start, score
+from arithsweep.core.model.checkpoint import start_members_from
 from arithsweep.core.model.model import ArithTransformer, ModelConfig, count_params
 from arithsweep.core.model.tiny_layout import kernel_threads, tiny_logits, tiny_loss
 from arithsweep.core.training.optim import LrTable, PackAdamW
@@ -172,6 +173,9 @@ class _PackRun:
         self.device = device = T.resolve_device(c0.device)
         seeds = [c.seed + i for c in cfgs for i in range(c.seeds)]  # as train() numbers them
         self.model = model = ArithTransformer(model_cfg, k=K, seeds=seeds).to(device)
+        resuming = checkpoint is not None and checkpoint.resume is not None
+        if c0.init_from and not resuming:  # a resumed state holds the weights it reached
+            start_members_from(model, task, c0.init_from)
         params = list(model.parameters())
 
         def per_member(field: str) -> torch.Tensor:  # (K,) on the device
@@ -207,7 +211,7 @@ class _PackRun:
             if c0.grokfast_alpha else None
         self.filtered = grokfast_on(c0, 0)
         self.step, self.elapsed0, self.outside, self.finished = 0, 0.0, 0.0, False
-        if checkpoint is not None and checkpoint.resume is not None:
+        if resuming:
             self.load(checkpoint.resume.tensors, checkpoint.resume.doc)
         self.runner = PackStep(model, self.opt, loss_fn, per_member("grad_clip"), self.alive,
                                self.running, self.loss_sum, self.start, c0.batch_size, n_micro,
