@@ -88,7 +88,9 @@ def test_a_search_in_another_root_is_found_from_the_entry_checkpoint(tmp_path):
     (best / "add10-x").mkdir()  # same name, no search.json: not the search
     row = {**ROW, "checkpoint_path": str(best / "add10-x")}
     text = "\n".join(search_lines(row, tmp_path / "searches"))
-    assert cmd in text and "15 proposals of 2 architectures" in text
+    # found, and shown without the root, which named a folder of the machine that ran it
+    assert "arithsweep search --task add10\n" in text and "/elsewhere" not in text
+    assert "15 proposals of 2 architectures" in text
 
 
 def test_a_proposal_cut_off_unfinished_is_counted_apart_from_the_finished_ones(tmp_path):
@@ -118,6 +120,17 @@ def test_a_command_that_left_the_space_to_its_default_names_the_space(tmp_path):
     assert shlex.split(shown, comments=True) == shlex.split(cmd)  # still runs as typed
     named = cmd + " --space adderboard"
     assert search_command({**meta, "command": named}) == (named, True)
+
+
+def test_a_published_command_leaves_out_where_its_results_were_kept():
+    """--db, --root and --mlflow-uri name files of the machine that ran the search: they change
+    where results are kept, not what is found, and a reader's copy would trip over them."""
+    ran = ("arithsweep search --task add10 --target 0.99 --db /work/pub.db --seed 0 "
+           "--root=/tmp/s --mlflow-uri sqlite:////tmp/m.db -j 2")
+    shown, _ = search_command({"command": ran, "space": "tbukic"})
+    assert shown.split("  #")[0] == "arithsweep search --task add10 --target 0.99 --seed 0 -j 2"
+    plain = "arithsweep search --task add3 --target 0.99 --space tbukic"
+    assert search_command({"command": plain}) == (plain, True)  # nothing to drop: as typed
 
 
 def test_recording_a_searchs_checkpoint_again_keeps_its_search(tmp_path, capsys):

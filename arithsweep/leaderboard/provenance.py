@@ -33,12 +33,34 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+# where a search keeps what it finds, not what it finds: a path of the machine that ran it,
+# which a reader's copy of the command would trip over
+STORAGE_OPTIONS = ("--db", "--root", "--mlflow-uri")
+
+
+def portable(cmd: str) -> str:
+    """`cmd` without its storage options (STORAGE_OPTIONS and their values), for a reader."""
+    try:
+        words = shlex.split(cmd)
+    except ValueError:  # unbalanced quotes: shown as recorded
+        return cmd
+    kept, skip = [], False
+    for w in words:
+        if skip:
+            skip = False
+        elif w in STORAGE_OPTIONS:
+            skip = True
+        elif not w.startswith(tuple(f"{o}=" for o in STORAGE_OPTIONS)):
+            kept.append(w)
+    return cmd if len(kept) == len(words) else shlex.join(kept)
+
 
 def search_command(meta: dict[str, Any]) -> tuple[str, bool]:
-    """(command, recorded): the command line search.json recorded, else one rebuilt from its
-    options (searches made before the command was recorded), which `recorded` False marks."""
+    """(command, recorded): the command line search.json recorded (less its storage options),
+    else one rebuilt from its options (searches made before the command was recorded), which
+    `recorded` False marks."""
     if isinstance(meta.get("command"), str) and meta["command"].strip():
-        cmd = meta["command"]
+        cmd = portable(meta["command"])
         if "--space" not in cmd and "--resume" not in cmd and meta.get("space"):
             # the task's default space can change between versions: say which one it was
             cmd += f"  # space: {meta['space']}, the task's default then"
@@ -158,7 +180,7 @@ def search_lines(row: dict[str, Any], searches_root: str | Path | None) -> list[
         times = "once" if len(resumes) == 1 else f"{len(resumes)} times"
         lines += ["", f"It was resumed {times} after it stopped (`--resume`; the counts below "
                       "cover every run):", "", "```sh",
-                  *[str(r.get("command") or f"arithsweep search --resume {name}")
+                  *[portable(str(r.get("command") or f"arithsweep search --resume {name}"))
                     for r in resumes], "```"]
     summary = _read(sdir / "summary.json")
     if summary is None:  # still running, or killed before it summed up
@@ -201,7 +223,7 @@ def search_chain(meta: dict[str, Any]) -> list[str]:
     started from (search.json's "from_entry"), its own command, then each resume's."""
     start = meta.get("from_entry") if isinstance(meta.get("from_entry"), dict) else {}
     earlier = [c for c in start.get("chain") or [] if isinstance(c, str)]
-    resumes = [str(r.get("command") or f"arithsweep search --resume {meta.get('name')}")
+    resumes = [portable(str(r.get("command") or f"arithsweep search --resume {meta.get('name')}"))
                for r in meta.get("resumes") or [] if isinstance(r, dict)]
     return [*earlier, search_command(meta)[0], *resumes]
 
