@@ -125,6 +125,12 @@ class TrainConfig(DictConfig):
     # fixed TRAINING-split problems (staghado's 122 p: 2,048); 0 = off
     lbfgs_steps: int = 0
     lbfgs_pool: int = 2048
+    # A search trial's near-miss round (search/trainable.next_round): "retrain" its best seed
+    # alone from its own initialisation for twice the steps (add3's 57 p: 98.78% -> 99.52%), or
+    # "continue" the best member's best weights (init_from) as min(seeds, 8) members with their
+    # own data, for `steps` more steps from the lr the cosine ended at, with no curriculum: a
+    # grokking recipe's seed retrained on another schedule lost its lottery (add10's 44 p).
+    near_miss_round: str = "retrain"
     # Finishers for near misses (core/training/finish.py), after training, on the best member
     # when it misses the target (`train`; a search trial from 95% up): 95-99% models are
     # finished this way, not by more steps. Each is kept only if held-out exact match does not
@@ -133,12 +139,6 @@ class TrainConfig(DictConfig):
     # (no decay) at finish_lr on batches of the member's errors among finish_pool fixed
     # training-split problems, padded with fresh training problems to batch_size; the errors
     # are mined again each round, until none is left (tbukic's 36 p: 2 rounds, 70 pairs, 1e-4).
-    # A search trial's near-miss round (search/trainable.next_round): "retrain" its best seed
-    # alone from its own initialisation for twice the steps (add3's 57 p: 98.78% -> 99.52%), or
-    # "continue" the best member's best weights (init_from) as min(seeds, 8) members with their
-    # own data, for `steps` more steps from the lr the cosine ended at, with no curriculum: a
-    # grokking recipe's seed retrained on another schedule lost its lottery (add10's 44 p).
-    near_miss_round: str = "retrain"
     finish_rounds: int = 0
     finish_steps: int = 200
     finish_lr: float = 1e-4
