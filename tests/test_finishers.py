@@ -236,6 +236,44 @@ def test_a_search_trial_in_the_near_miss_band_is_finished_and_reports_the_finish
     assert float(exact_match(best.model, task, *task.enumerate_all()).float().mean()) >= 0.99
 
 
+def test_a_pack_finishes_its_near_misses_and_reports_them_as_proposals(monkeypatch, tmp_path):
+    """A pack (several proposals of one shape, a GPU trial's default) gives each proposal in the
+    near-miss band the finishers, as a single trial does: its last row says which finisher
+    took it over the line under its own p<j>/ keys, and the last checkpoint's p<j>/best is
+    the finished model. A proposal far below the band gets none."""
+    pytest.importorskip("ray")
+    from arithsweep.core.evaluation.evaluate import exact_match
+    from arithsweep.core.model.checkpoint import load_checkpoint
+    from arithsweep.core.model.model import count_params
+    from arithsweep.core.overrides import build_configs
+    from arithsweep.search import trainable, trial_state
+    from arithsweep.search.packs import key
+    from arithsweep.search.trial import TrialSetup
+
+    fake = _FakeTune(tmp_path)
+    monkeypatch.setattr(trainable, "tune", fake)
+    monkeypatch.setattr(trial_state, "tune", fake)
+    setups = []
+    for lr in (1e-2, 1e-5):  # the single trial's near miss, and one that learns nothing
+        task, m, t = build_configs("add2", None, None, {
+            **D8, "steps": 1400, "seeds": 1, "seed": 0, "target": 0.99, "eval_every": 200,
+            "lr": lr, "finish_rounds": 4, "finish_steps": 200, "finish_lr": 1e-3,
+            "finish_pool": 4000})
+        setups.append(TrialSetup(task, m, t, count_params(m)))
+    trainable._Pack(setups, {"extra_rounds": 0}, {}).run()
+    last = fake.rows[-1]
+    trained = max(r[key(0, "em")] for r in fake.rows
+                  if key(0, "em") in r and key(0, "finished_by") not in r)
+    assert 0.95 <= trained < 0.99, "proposal 0 must end in the near-miss band"
+    assert last[key(0, "finished_by")] == FINETUNE
+    assert last[key(0, "stop_reason")] == "reached target" and last[key(0, "seeds_reached")] == 1
+    assert last[key(1, "finished_by")] is None and last[key(1, "stop_reason")] != "reached target"
+    ck, row = fake.checkpoints[-1]
+    assert row[key(0, "finished_by")] == FINETUNE and row[key(0, "full_em")] >= 0.99
+    best = load_checkpoint(ck / "p0" / "best")
+    assert float(exact_match(best.model, task, *task.enumerate_all()).float().mean()) >= 0.99
+
+
 def test_a_trial_whose_held_out_passed_but_the_full_check_did_not_is_a_near_miss():
     """The finishers' gate reads whether the trial reached the target (the full check), not
     whether its held-out figure is below it; a trial that reached it, or is far off, is not."""

@@ -30,9 +30,10 @@ needs to reproduce the architecture.
 
 A pack (config with several proposals, see `arithsweep.search.packs`) trains them as one
 population with `arithsweep.core.training.population.train_population`: one round, each
-proposal with its own plateau / reached rule, reported under `p<j>/` keys in one Tune report per
-evaluation, and a checkpoint holding `p<j>/best` for every proposal (and the pack's state)
-whenever one improves or a state is due.
+proposal with its own plateau / reached rule and, after it, the near-miss finishers by the
+single trial's rule, reported under `p<j>/` keys in one Tune report per evaluation, and a
+checkpoint holding `p<j>/best` for every proposal (and the pack's state) whenever one improves
+or a state is due.
 
 Workers never open the leaderboard or MLflow: all bookkeeping happens on the driver. Not run
 by hand; `arithsweep.search.driver.run_search` passes `run_trial` to the Tuner.
@@ -369,6 +370,7 @@ class _Pack:
                                        cfgs[0], extra, model_cfg=self.setups[0].model_cfg,
                                        cfgs=cfgs))
         self.ts.flush()
+        finished = self._finish(results)
         self.ts.close()
         row = self._row({"done": 1, "stop_reason": "pack done", "rounds": 1,
                          "step": max(r.steps for r in results),
@@ -383,7 +385,38 @@ class _Pack:
                         packs.key(j, "seeds_trained"): int(cfg.seeds),
                         packs.key(j, "seeds_reached"): max(reached,
                                                            int(reason == "reached target"))})
+            if j in finished:
+                row[packs.key(j, "finished_by")] = finished[j]
         tune.report(row)
+
+    def _finish(self, results: list[Any]) -> dict[int, str | None]:
+        """The near-miss finishers on each proposal, by `_Trial._finish`'s rule: one that ended
+        below the target within finish.NEAR_MISS_BAND of it gets them, and one they take over
+        the line is reported with its finished model in one more checkpoint. Returns each
+        proposal's finisher (None: none took it over) where its fields turn them on."""
+        from arithsweep.core.training.finish import NEAR_MISS_BAND, finish_best, finishers_on
+        from arithsweep.search.trial_state import STATE
+
+        out: dict[int, str | None] = {}
+        for j, r in enumerate(results):
+            if not finishers_on(r.train_cfg):
+                continue
+            out[j] = None
+            if not near_miss(self.reasons[j] == "reached target", self.best[j], NEAR_MISS_BAND):
+                continue
+            out[j] = finish_best(r, self.checks[j])["finished_by"]
+            if out[j] is not None:
+                self.reasons[j] = "reached target"
+                self.best[j] = max(self.best[j], float(r.best_em))
+                self.results[j] = r  # what _write_best saves
+                self.rows[j] = {"best_em": self.best[j], "em": float(r.best_em),
+                                "step": int(r.steps), "examples": int(r.examples),
+                                "elapsed": float(r.wall_time),
+                                "full_em": self.checks[j].value(r), "finished_by": out[j]}
+        if self.rows:  # a replayed finished pack writes no state: best/ alone then
+            (self.ts.dir / STATE).mkdir(parents=True, exist_ok=True)
+            self.ts.flush(with_state=True)
+        return out
 
     def _row(self, extra: dict[str, Any]) -> dict[str, Any]:
         """Shared keys plus every proposal's running best (readers need it in every row)."""
