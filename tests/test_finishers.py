@@ -236,6 +236,28 @@ def test_a_search_trial_in_the_near_miss_band_is_finished_and_reports_the_finish
     assert float(exact_match(best.model, task, *task.enumerate_all()).float().mean()) >= 0.99
 
 
+def test_the_finishers_come_before_a_second_round(monkeypatch, tmp_path):
+    """A near miss the finishers take over the line needs no second round (a whole schedule,
+    twice as long): with a round to spare, the trial still ends after one round, finished."""
+    pytest.importorskip("ray")
+    from arithsweep.core.model.model import count_params
+    from arithsweep.core.overrides import build_configs
+    from arithsweep.search import trainable, trial_state
+    from arithsweep.search.trial import TrialSetup
+
+    fake = _FakeTune(tmp_path)
+    monkeypatch.setattr(trainable, "tune", fake)
+    monkeypatch.setattr(trial_state, "tune", fake)
+    task, m, t = build_configs("add2", None, None, {
+        **D8, "steps": 1400, "seeds": 1, "seed": 0, "target": 0.99, "eval_every": 200,
+        "finish_rounds": 4, "finish_steps": 200, "finish_lr": 1e-3, "finish_pool": 4000})
+    trial = trainable._Trial(TrialSetup(task, m, t, count_params(m)), {"extra_rounds": 1}, {})
+    trial.run()
+    last = fake.rows[-1]
+    assert last["finished_by"] == FINETUNE and last["stop_reason"] == "reached target", last
+    assert last["rounds"] == 1 and last["step"] == 1400
+
+
 def test_a_pack_finishes_its_near_misses_and_reports_them_as_proposals(monkeypatch, tmp_path):
     """A pack (several proposals of one shape, a GPU trial's default) gives each proposal in the
     near-miss band the finishers, as a single trial does: its last row says which finisher

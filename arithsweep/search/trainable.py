@@ -17,16 +17,17 @@ trial stops on its own curve, never because a model of another size is ahead of 
   half its peak: it oscillates until the schedule's low-lr end settles it);
 - budget: its steps or time ran out.
 
-A near miss (best seed within `near_miss` of the target) earns a second round: its best seed
-alone, from its own initialisation, for twice the steps. At these sizes the seed is the
-lottery and length the cure: add3-micro-s1's 57-p start point stopped at 98.78% (seed 5 of
-8, 25K steps and a polish); seed 5 alone for 50K steps answers 99.52% of all 10^6 problems, in
-220 s on one core, where the round it replaced (16 fresh seeds for 50K steps) costs about four
-times the first round. A recipe that groks late (`near_miss_round: continue`) continues the
-best seed's best weights instead, as a few members with new data (`next_round`). The last
-report carries `stop_reason`, `rounds`, and `seeds_reached`
-out of `seeds_trained` (distinct seeds: a second round adds none): the success rate a user
-needs to reproduce the architecture.
+A near miss (best seed within `near_miss` of the target) first gets the finishers where its
+space turns them on (minutes; a 95-99% model is finished, not retrained), then, if still below,
+a second round: its best seed alone, from its own initialisation, for twice the steps. At these
+sizes the seed is the lottery and length the cure: add3-micro-s1's 57-p start point stopped at
+98.78% (seed 5 of 8, 25K steps and a polish); seed 5 alone for 50K steps answers 99.52% of all
+10^6 problems, in 220 s on one core, where the round it replaced (16 fresh seeds for 50K steps)
+costs about four times the first round. A recipe that groks late (`near_miss_round: continue`)
+continues the best seed's best weights instead, as a few members with new data (`next_round`).
+The last report carries `stop_reason`, `rounds`, and `seeds_reached` out of `seeds_trained`
+(distinct seeds: a second round adds none): the success rate a user needs to reproduce the
+architecture.
 
 A pack (config with several proposals, see `arithsweep.search.packs`) trains them as one
 population with `arithsweep.core.training.population.train_population`: one round, each
@@ -232,6 +233,8 @@ class _Trial:
         near = float(self.const.get("near_miss", NEAR_MISS))
         last, first = None, self.round
         best_round = None  # the round whose best member the finishers get
+        finished: dict[str, Any] = {}
+        tried = None  # the round the finishers last ran on
         for r in range(first, rounds):
             self.round = r
             if r > first:
@@ -264,8 +267,14 @@ class _Trial:
             self.seeds_reached += hits if r == 0 else int(hits > 0 and not self.seeds_reached)
             if self.reason == "reached target" or self.best < self.target - near:
                 break
+            if r + 1 < rounds:  # the finishers first: minutes, where a round is a schedule
+                self.result = best_round
+                finished, tried = self._finish(best_round), best_round
+                if self.reason == "reached target":
+                    break
         self.result = best_round  # the trial's checkpoint keeps the best round's best member
-        finished = self._finish(best_round)
+        if tried is not best_round:
+            finished = self._finish(best_round)
         self.ts.close()
         row = {"best_em": max(self.best, 0.0), "params": int(self.setup.params),
                "step": self.step0, "stop_reason": self.stop_reason, "rounds": self.round + 1,
