@@ -207,24 +207,43 @@ class _FakeTune:
             return path
 
 
+# an add2 trial that ends in the near-miss band (95-99%) and one round of fine-tuning finishes
+NEAR_MISS_TRIAL = {**D8, "steps": 1400, "seeds": 1, "seed": 0, "target": 0.99,
+                   "eval_every": 200, "finish_rounds": 4, "finish_steps": 200,
+                   "finish_lr": 1e-3, "finish_pool": 4000}
+
+
+def _near_miss_setup(**over):
+    """That trial's TrialSetup (`over`: fields to change, e.g. a pack member's lr)."""
+    from arithsweep.core.model.model import count_params
+    from arithsweep.core.overrides import build_configs
+    from arithsweep.search.trial import TrialSetup
+
+    task, m, t = build_configs("add2", None, None, {**NEAR_MISS_TRIAL, **over})
+    return TrialSetup(task, m, t, count_params(m))
+
+
+def _fake_tune(monkeypatch, tmp_path) -> _FakeTune:
+    """A _FakeTune in place of `ray.tune` for the trainable and its checkpoints."""
+    from arithsweep.search import trainable, trial_state
+
+    fake = _FakeTune(tmp_path)
+    monkeypatch.setattr(trainable, "tune", fake)
+    monkeypatch.setattr(trial_state, "tune", fake)
+    return fake
+
+
 def test_a_search_trial_in_the_near_miss_band_is_finished_and_reports_the_finished_model(
         monkeypatch, tmp_path):
     pytest.importorskip("ray")
     from arithsweep.core.evaluation.evaluate import exact_match
     from arithsweep.core.model.checkpoint import load_checkpoint
-    from arithsweep.core.model.model import count_params
-    from arithsweep.core.overrides import build_configs
-    from arithsweep.search import trainable, trial_state
-    from arithsweep.search.trial import TrialSetup
+    from arithsweep.search import trainable
 
-    fake = _FakeTune(tmp_path)
-    monkeypatch.setattr(trainable, "tune", fake)
-    monkeypatch.setattr(trial_state, "tune", fake)
-    task, m, t = build_configs("add2", None, None, {
-        **D8, "steps": 1400, "seeds": 1, "seed": 0, "target": 0.99, "eval_every": 200,
-        "finish_rounds": 4, "finish_steps": 200, "finish_lr": 1e-3, "finish_pool": 4000})
-    trial = trainable._Trial(TrialSetup(task, m, t, count_params(m)), {"extra_rounds": 0}, {})
-    trial.run()
+    fake = _fake_tune(monkeypatch, tmp_path)
+    setup = _near_miss_setup()
+    task = setup.task
+    trainable._Trial(setup, {"extra_rounds": 0}, {}).run()
     last = fake.rows[-1]
     trained = max(r["em"] for r in fake.rows if "em" in r and "finished_by" not in r)
     assert 0.95 <= trained < 0.99, "the trial must end in the near-miss band"
@@ -240,19 +259,10 @@ def test_the_finishers_come_before_a_second_round(monkeypatch, tmp_path):
     """A near miss the finishers take over the line needs no second round (a whole schedule,
     twice as long): with a round to spare, the trial still ends after one round, finished."""
     pytest.importorskip("ray")
-    from arithsweep.core.model.model import count_params
-    from arithsweep.core.overrides import build_configs
-    from arithsweep.search import trainable, trial_state
-    from arithsweep.search.trial import TrialSetup
+    from arithsweep.search import trainable
 
-    fake = _FakeTune(tmp_path)
-    monkeypatch.setattr(trainable, "tune", fake)
-    monkeypatch.setattr(trial_state, "tune", fake)
-    task, m, t = build_configs("add2", None, None, {
-        **D8, "steps": 1400, "seeds": 1, "seed": 0, "target": 0.99, "eval_every": 200,
-        "finish_rounds": 4, "finish_steps": 200, "finish_lr": 1e-3, "finish_pool": 4000})
-    trial = trainable._Trial(TrialSetup(task, m, t, count_params(m)), {"extra_rounds": 1}, {})
-    trial.run()
+    fake = _fake_tune(monkeypatch, tmp_path)
+    trainable._Trial(_near_miss_setup(), {"extra_rounds": 1}, {}).run()
     last = fake.rows[-1]
     assert last["finished_by"] == FINETUNE and last["stop_reason"] == "reached target", last
     assert last["rounds"] == 1 and last["step"] == 1400
@@ -266,22 +276,13 @@ def test_a_pack_finishes_its_near_misses_and_reports_them_as_proposals(monkeypat
     pytest.importorskip("ray")
     from arithsweep.core.evaluation.evaluate import exact_match
     from arithsweep.core.model.checkpoint import load_checkpoint
-    from arithsweep.core.model.model import count_params
-    from arithsweep.core.overrides import build_configs
-    from arithsweep.search import trainable, trial_state
+    from arithsweep.search import trainable
     from arithsweep.search.packs import key
-    from arithsweep.search.trial import TrialSetup
 
-    fake = _FakeTune(tmp_path)
-    monkeypatch.setattr(trainable, "tune", fake)
-    monkeypatch.setattr(trial_state, "tune", fake)
-    setups = []
-    for lr in (1e-2, 1e-5):  # the single trial's near miss, and one that learns nothing
-        task, m, t = build_configs("add2", None, None, {
-            **D8, "steps": 1400, "seeds": 1, "seed": 0, "target": 0.99, "eval_every": 200,
-            "lr": lr, "finish_rounds": 4, "finish_steps": 200, "finish_lr": 1e-3,
-            "finish_pool": 4000})
-        setups.append(TrialSetup(task, m, t, count_params(m)))
+    fake = _fake_tune(monkeypatch, tmp_path)
+    # the single trial's near miss, and one that learns nothing
+    setups = [_near_miss_setup(lr=lr) for lr in (1e-2, 1e-5)]
+    task = setups[0].task
     trainable._Pack(setups, {"extra_rounds": 0}, {}).run()
     last = fake.rows[-1]
     trained = max(r[key(0, "em")] for r in fake.rows

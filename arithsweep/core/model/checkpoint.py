@@ -209,11 +209,10 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     )
 
 
-def start_members_from(model: ArithTransformer, task: Task, path: str | Path) -> str:
+def start_members_from(model: ArithTransformer, task: Task, path: str | Path) -> None:
     """Every member of `model` (a pack) takes the weights of the checkpoint at `path`
     (TrainConfig.init_from). Its task format and architecture must be the pack's: weights of
-    another format read other tokens, and a mismatched shape would be caught too late. Returns
-    the checkpoint's weights sha256, for the run's provenance."""
+    another format read other tokens, and a mismatched shape would be caught too late."""
     ck = load_checkpoint(path)
     if (ck.task.name, ck.task.fmt.name) != (task.name, task.fmt.name):
         raise CheckpointError(f"init_from {ck.path}: a {ck.task.name} model in format "
@@ -225,4 +224,3 @@ def start_members_from(model: ArithTransformer, task: Task, path: str | Path) ->
     state = ck.model.member_state(0)
     for i in range(model.k):
         model.load_member_state(i, state)
-    return ck.sha256
