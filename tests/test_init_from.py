@@ -3,19 +3,26 @@
 The add2 fixture's checkpoint answers every add2 problem. A run started from it at a tiny lr
 answers them all at its first evaluation (a fresh start is at chance there), so the weights
 really came from the checkpoint; another architecture or format is refused in one line before
-training, and the saved model names the weights it started from.
+training, and the saved model carries the weights it started from (`start/`, named relatively),
+so it retrains from any copy of it: a published entry, a search trial's round whose temporary
+start is gone.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import shlex
+import shutil
+from pathlib import Path
 
 import pytest
 from conftest import ADD2_MODEL
 from test_cli import run  # tests/ is on sys.path (pytest's rootdir import mode)
 
 from arithsweep.core.errors import CheckpointError
-from arithsweep.core.model.checkpoint import load_checkpoint
+from arithsweep.core.hashing import sha256_file
+from arithsweep.core.model.checkpoint import keep_start, load_checkpoint
 from arithsweep.core.overrides import build_configs
 from arithsweep.core.training.population import train
 
@@ -66,3 +73,82 @@ def test_cli_records_the_start_and_refuses_a_missing_one(add2_trained, tmp_path,
     code, _, e = run(capsys, "train", "--config", cfg, "--init-from", tmp_path / "nowhere",
                      "-o", tmp_path / "x")
     assert code != 0 and len(e.strip().splitlines()) == 1 and "nowhere" in e
+
+
+def _continue(capsys, tmp_path, start, out):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"task": "add2", "model": ADD2_MODEL, "train": CALM}))
+    code, o, e = run(capsys, "train", "--config", cfg, "--init-from", start, "-o", out, "--json")
+    assert code == 0, e
+    return json.loads(o)
+
+
+def test_a_continued_checkpoint_carries_its_start_and_retrains_from_a_copy(
+        add2_trained, tmp_path, capsys):
+    _, path = add2_trained
+    cont = tmp_path / "cont"
+    _continue(capsys, tmp_path, path, cont)
+    doc = json.loads((cont / "config.json").read_text())
+    assert doc["train"]["init_from"] == "start"  # relative: read against the config's folder
+    assert sha256_file(cont / "start" / "model.safetensors") == load_checkpoint(path).sha256
+    # a copy elsewhere (the original start is not beside it) retrains from its own start/
+    moved = tmp_path / "elsewhere" / "cont"
+    shutil.copytree(cont, moved)
+    code, o, e = run(capsys, "train", "--config", moved / "config.json", "-o", tmp_path / "again",
+                     "--json")
+    assert code == 0, e
+    assert json.loads(o)["eval_exact_match"] == 1.0 and load_checkpoint(
+        tmp_path / "again").meta["init_from_sha256"] == load_checkpoint(path).sha256
+    # continuing a continued model keeps the chain: its start's own start comes along
+    third = tmp_path / "third"
+    _continue(capsys, tmp_path, moved, third)
+    assert sha256_file(third / "start" / "model.safetensors") == load_checkpoint(moved).sha256
+    assert sha256_file(third / "start" / "start" / "model.safetensors") == \
+        load_checkpoint(path).sha256
+
+
+def test_a_start_gone_before_the_save_leaves_the_config_as_it_was(add2_trained, tmp_path):
+    result, _ = add2_trained
+    from dataclasses import replace
+
+    cfg = replace(result.train_cfg, init_from=str(tmp_path / "gone"))
+    assert keep_start(cfg, tmp_path / "out") == (cfg, {})
+    assert keep_start(replace(cfg, init_from=None), tmp_path / "out") == (
+        replace(cfg, init_from=None), {})
+
+
+def test_a_published_continued_entry_ships_its_start_and_its_command_runs(
+        add2_trained, tmp_path, capsys, monkeypatch):
+    _, path = add2_trained
+    cont = tmp_path / "cont"
+    _continue(capsys, tmp_path, path, cont)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, "verify", cont, "--record", "--db", "lb.db", "--json")
+    assert code == 0, err
+    assert run(capsys, "publish", "--db", "lb.db")[0] == 0
+    (folder,) = Path("leaderboard/checkpoints").iterdir()
+    start_sha = load_checkpoint(path).sha256
+    assert sha256_file(folder / "start" / "model.safetensors") == start_sha
+    md = Path("leaderboard/LEADERBOARD.md").read_text()
+    assert f"published in `leaderboard/checkpoints/{folder.name}/start/`" in md
+    assert f"`{start_sha}`" in md
+    commands = re.findall(r"```sh\n(.*?)\n```", md)
+    assert f"arithsweep train --config leaderboard/checkpoints/{folder.name}/start/config.json" \
+        in commands
+    code, o, e = run(capsys, *shlex.split(commands[0])[1:], "-o", "retrained", "--json")
+    assert code == 0, e
+    assert load_checkpoint("retrained").meta["init_from_sha256"] == start_sha
+    # a continued checkpoint whose start was lost is refused, and nothing is written
+    shutil.rmtree(cont / "start")
+    before = sorted(str(p) for p in Path("leaderboard").rglob("*"))
+    code, _, e = run(capsys, "publish", "--db", "lb.db", "--dir", "other")
+    assert code != 0 and len(e.strip().splitlines()) == 1 and "missing" in e
+    assert not Path("other").exists()
+    assert sorted(str(p) for p in Path("leaderboard").rglob("*")) == before
+
+
+def test_the_leaderboard_names_the_start_folder_as_the_checkpoint_writes_it():
+    from arithsweep.core.model import checkpoint
+    from arithsweep.leaderboard import provenance
+
+    assert provenance.START == checkpoint.START  # the leaderboard cannot import torch's module

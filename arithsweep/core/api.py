@@ -62,11 +62,10 @@ def train_job(
     training stops only if it passes there too. A best-of-K evaluation on a few thousand
     problems is optimistic (the winner's curse), and "reached target" must mean the real thing.
     """
-    init_sha = None  # the weights a continued run started from, for its provenance
     if train_cfg.init_from and resume is None:
         from arithsweep.core.model.checkpoint import load_checkpoint
 
-        init_sha = load_checkpoint(train_cfg.init_from).sha256  # a bad path fails before training
+        load_checkpoint(train_cfg.init_from)  # a bad start fails before training, not after
     bar = _progress(progress)
     handle = None
     # the stop rule the search uses too; on train_digits-long operands only, if capped
@@ -140,7 +139,6 @@ def train_job(
     sha = result.save_best(out, meta={"final_exact_match": final, "final_problems": what,
                                       "seeds_reached": reached_n,
                                       "seeds_trained": train_cfg.seeds,
-                                      **({"init_from_sha256": init_sha} if init_sha else {}),
                                       **{k: v for k, v in finished.items() if k != "finishers"}})
     return {
         "task": task.name, "format": task.fmt.name, "params": result.params,

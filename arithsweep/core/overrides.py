@@ -78,6 +78,12 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         more = f" and {len(extra) - 5} more" if len(extra) > 5 else ""
         raise ConfigError(f"config {p}: unknown section(s) {shown}{more}: expected "
                           f"{', '.join(CONFIG_SECTIONS)}")
+    train = doc.get("train")
+    start = train.get("init_from") if isinstance(train, dict) else None
+    if isinstance(start, str) and start.strip() and not Path(start).expanduser().is_absolute():
+        # a checkpoint names the start it continued relatively (checkpoint.keep_start): the
+        # path is the file's, not the shell's
+        doc = {**doc, "train": {**train, "init_from": str((p.parent / start).absolute())}}
     if "format_name" in doc:  # a checkpoint's config.json names its format this way
         doc = {**doc, "format": doc["format_name"]}
         if isinstance(doc.get("train"), dict):

@@ -36,6 +36,9 @@ from typing import Any
 # where a search keeps what it finds, not what it finds: a path of the machine that ran it,
 # which a reader's copy of the command would trip over
 STORAGE_OPTIONS = ("--db", "--root", "--mlflow-uri")
+# core.model.checkpoint.START (that module imports torch): the folder inside a continued
+# checkpoint holding the start it continued, which its config names relatively
+START = "start"
 
 
 def portable(cmd: str) -> str:
@@ -315,3 +318,19 @@ def published_reproduce(row: dict[str, Any], config_path: str) -> str:
             out.append(parts[i])
             i += 1
     return shlex.join(out if replaced else [*out, "--config", config_path])
+
+
+def start_lines(config: dict[str, Any], folder: str) -> list[str]:
+    """For an entry whose last training continued an earlier model (a search's continued
+    near-miss round, `train --init-from`): where that start is published and how it retrains.
+    Its own config.json holds its pack's seeds, so `--config` alone trains the pack it was
+    the best member of."""
+    train = config.get("train") if isinstance(config.get("train"), dict) else {}
+    if train.get("init_from") != START:
+        return []
+    sha = (config.get("meta") or {}).get("init_from_sha256")
+    return ["", f"Its training continued an earlier model, published in `{folder}/{START}/`"
+            + (f" (weights sha256 `{sha}`)" if sha else "") + ": the command above trains on "
+            "from those weights. That start retrains, with the pack it was the best seed of:",
+            "", "```sh", shlex.join(["arithsweep", "train", "--config",
+                                     f"{folder}/{START}/config.json"]), "```"]

@@ -50,10 +50,12 @@ from arithsweep.core.hashing import sha256_file
 from arithsweep.leaderboard.projects import project_sections
 from arithsweep.leaderboard.provenance import (
     ENTRY_FILE,
+    START,
     entry_record,
     pack_lines,
     published_reproduce,
     search_lines,
+    start_lines,
 )
 from arithsweep.leaderboard.published import INDEX, index_entry, index_text, is_ours
 from arithsweep.leaderboard.tables import _count, _md_table
@@ -159,7 +161,27 @@ def _copy_checkpoint(row: dict[str, Any], dst: Path) -> dict[str, Any]:
     claimed = config.get("weights_sha256") if isinstance(config, dict) else None
     if not isinstance(config, dict) or claimed not in (None, sha):
         raise ArithsweepError(f"{what}: {src / CHECKPOINT_FILES[1]} names other weights")
+    if (config.get("train") or {}).get("init_from") == START:
+        _copy_start(src / START, dst / START, (config.get("meta") or {}).get("init_from_sha256"),
+                    what)
     return config
+
+
+def _copy_start(src: Path, dst: Path, sha: str | None, what: str) -> None:
+    """A continued entry's start (checkpoint.keep_start), which its retrain command begins
+    from: copied with its own start if it has one, its weights checked against the sha256 the
+    entry recorded."""
+    if not all((src / name).is_file() for name in CHECKPOINT_FILES):
+        raise ArithsweepError(f"{what}: it continued from {src}, which is missing; its retrain "
+                              f"command could not run")
+    dst.mkdir(parents=True)
+    for name in CHECKPOINT_FILES:
+        shutil.copyfile(src / name, dst / name)
+    if sha is not None and sha256_file(dst / CHECKPOINT_FILES[0]) != sha:
+        raise ArithsweepError(f"{what}: its start {src} is not the one it recorded "
+                              f"(sha256 {sha[:12]}…)")
+    if (src / START).is_dir():
+        _copy_start(src / START, dst / START, None, what)
 
 
 def leaderboard_markdown(
@@ -198,7 +220,7 @@ def leaderboard_markdown(
                      _count(row.get("n_problems")), str(row.get("architecture") or ""),
                      seeds_reached(row, config), f"[{name}]({CHECKPOINTS}/{name}/)"])
     out += _md_table(PUBLISHED_COLUMNS, body)
-    for row, found in zip(rows, provenance or [[]] * len(rows)):
+    for row, config, found in zip(rows, configs, provenance or [[]] * len(rows)):
         name = checkpoint_dir_name(row)
         folder = f"{dest_label}/{CHECKPOINTS}/{name}"
         out += [
@@ -211,6 +233,7 @@ def leaderboard_markdown(
             *found,
             "", "Retrain it:", "", "```sh",
             published_reproduce(row, f"{folder}/config.json"), "```",
+            *start_lines(config, folder),
             *pack_lines(row, f"{folder}/config.json"),
             "", "Re-verify the published weights:", "", "```sh",
             verify_command(row, folder), "```",

@@ -178,6 +178,7 @@ def _entry_values(found: dict[str, Any]) -> dict[str, Any]:
         train = found.get("train_config") or {}
         train = TrainConfig.from_dict({**LEGACY_TRAIN_DEFAULTS, **train}).to_dict() if train \
             else {}
+        train.pop("init_from", None)  # where its last round started: not a recipe choice
         fmt = vars(get_task(found["task"], found.get("format")).fmt)
     except (ConfigError, TypeError, ValueError) as exc:
         raise ConfigError(f"--from-entry: entry {found.get('entry_id')}'s configs do not load "

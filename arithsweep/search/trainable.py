@@ -229,6 +229,8 @@ class _Trial:
         cfg = self.setup.train_cfg
         if self.round_cfg is not None:  # the round the restored state belongs to
             cfg = TrainConfig.from_dict(self.round_cfg)
+            if cfg.init_from and self.ts.round_start.is_dir():  # its start, restored with it
+                cfg = replace(cfg, init_from=str(self.ts.round_start))
         rounds = 1 + int(self.const.get("extra_rounds", 1) or 0)
         near = float(self.const.get("near_miss", NEAR_MISS))
         last, first = None, self.round
@@ -240,7 +242,7 @@ class _Trial:
             if r > first:
                 start = None
                 if cfg.near_miss_round == "continue":  # the best round's best weights
-                    start = self.ts.dir / f"round{r}-start"
+                    start = self.ts.round_start
                     best_round.save_best(start)
                 cfg = next_round(cfg, last.best_seed, start)
             self.plateau = Plateau(patience_for(self.const, cfg))

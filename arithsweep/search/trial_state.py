@@ -33,6 +33,9 @@ from arithsweep.core.training.resume import Checkpointing, RunState, latest_stat
 from arithsweep.search.trial import RESUME_FROM
 
 STATE = "state"  # a trial checkpoint's training-state folder, beside best/
+# a continued round's start (TrainConfig.init_from), in the state folder so that every Tune
+# checkpoint carries it and a restored trial's round still has it to copy into best/start
+ROUND_START = "round-start"
 
 
 def restored_state(ckpt: Path) -> RunState | None:
@@ -54,25 +57,37 @@ class TrialState:
 
     def __init__(self, config: dict[str, Any]) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="arithsweep-trial-"))
-        self.restored = self._restore(config)
+        self.restored = self._restore(config)  # (after self.dir: it may copy a start there)
         self.improved = False  # the best went up since the last checkpoint: write one now
         self.row_fn: Callable[[], dict[str, Any] | None] = lambda: None
         self.best_fn: Callable[[Path], None] = lambda d: None  # writes best/ (p<j>/best)
         self.last_row: dict[str, Any] | None = None
 
-    @staticmethod
-    def _restore(config: dict[str, Any]) -> RunState | None:
+    @property
+    def round_start(self) -> Path:
+        """Where a continued round's start is saved (and found after a restore)."""
+        return self.dir / STATE / ROUND_START
+
+    def _restore(self, config: dict[str, Any]) -> RunState | None:
         ckpt = tune.get_checkpoint()
         try:
             if ckpt is not None:
                 if os.path.isdir(os.path.dirname(ckpt.path)):  # local storage
-                    return restored_state(Path(ckpt.path))
+                    return self._take_start(restored_state(Path(ckpt.path)))
                 with ckpt.as_directory() as d:
-                    return latest_state(Path(d) / STATE)
+                    return self._take_start(latest_state(Path(d) / STATE))
             src = config.get(RESUME_FROM)
-            return restored_state(Path(src)) if src else None
+            return self._take_start(restored_state(Path(src))) if src else None
         except (ArithsweepError, OSError):  # another version's state: train from step 0
             return None
+
+    def _take_start(self, state: RunState | None) -> RunState | None:
+        """Copy the restored state's round start (if any) into this trial's own folder: Tune
+        may delete the checkpoint it came from once this trial writes a newer one."""
+        src = state.path.parent / ROUND_START if state is not None else None
+        if src is not None and src.is_dir():
+            shutil.copytree(src, self.round_start, dirs_exist_ok=True)
+        return state
 
     def extra(self) -> dict[str, Any]:
         """The caller's counters saved with the restored state ({} if it starts afresh)."""

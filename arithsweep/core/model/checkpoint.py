@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,9 @@ CONFIG = "config.json"
 FORMAT = "arithsweep-checkpoint"
 FORMAT_VERSION = 1
 MAX_HEADER = 100 * 1024 * 1024  # safetensors caps its JSON header at 100 MB
+# a continued run's start (TrainConfig.init_from), copied inside the checkpoint it led to and
+# named relatively: a config file's relative init_from is read against the file's folder
+START = "start"
 
 
 @dataclass
@@ -224,3 +228,37 @@ def start_members_from(model: ArithTransformer, task: Task, path: str | Path) ->
     state = ck.model.member_state(0)
     for i in range(model.k):
         model.load_member_state(i, state)
+
+
+def keep_start(train_cfg: TrainConfig | None, path: str | Path,
+               ) -> tuple[TrainConfig | None, dict[str, Any]]:
+    """For a checkpoint about to be saved at `path` by a run that started from
+    `train_cfg.init_from`: copy that start (and its own start, if it was continued too) to
+    `path`/start and return the train config naming it relatively, with {"init_from_sha256"}.
+    The checkpoint's `--config` then retrains from wherever it is copied (a published entry,
+    a search trial's temporary round start gone with its worker). A start that is gone (a
+    resumed run's) and was never copied leaves the config as it is and returns {}."""
+    if train_cfg is None or not train_cfg.init_from:
+        return train_cfg, {}
+    dst = Path(path).absolute() / START
+    try:
+        src = _resolve_dir(train_cfg.init_from)
+    except CheckpointError:
+        src = None
+    if src is not None and (src / WEIGHTS).is_file() and src.resolve() != dst.resolve():
+        tmp = dst.with_name(START + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        _copy_start(src, tmp)
+        shutil.rmtree(dst, ignore_errors=True)
+        os.replace(tmp, dst)
+    if not (dst / WEIGHTS).is_file():
+        return train_cfg, {}
+    return replace(train_cfg, init_from=START), {"init_from_sha256": sha256_file(dst / WEIGHTS)}
+
+
+def _copy_start(src: Path, dst: Path) -> None:
+    dst.mkdir(parents=True)
+    for name in (WEIGHTS, CONFIG):
+        shutil.copyfile(src / name, dst / name)
+    if (src / START / WEIGHTS).is_file():  # a start that was itself continued: the chain
+        _copy_start(src / START, dst / START)

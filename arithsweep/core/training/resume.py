@@ -161,8 +161,11 @@ def _check_doc(path: Path, doc: dict[str, Any]) -> None:
 
 
 def comparable(train_dicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Train configs less the fields that only say when states are written."""
-    return [{k: v for k, v in d.items() if not k.startswith("checkpoint_")} for d in train_dicts]
+    """Train configs less the fields that only say when states are written, and where the
+    run's start was: a state holds the weights it reached, and a search trial's continued
+    round finds its start in another temporary folder after a restore."""
+    return [{k: v for k, v in d.items() if not k.startswith("checkpoint_") and k != "init_from"}
+            for d in train_dicts]
 
 
 def same_run(state: RunState, model_cfg: Any, cfgs: list[Any]) -> bool:

@@ -33,7 +33,7 @@ from arithsweep.core.data.hash_sampling import HASH_MODES, HashSampler
 from arithsweep.core.data.mix import carry_mode, carry_share, curriculum_cap, values_rows
 from arithsweep.core.data.tasks import Task
 from arithsweep.core.errors import ConfigError
-from arithsweep.core.model.checkpoint import save_checkpoint
+from arithsweep.core.model.checkpoint import keep_start, save_checkpoint
 from arithsweep.core.model.model import ArithTransformer, ModelConfig, count_params
 from arithsweep.core.model.tiny_layout import unsupported
 from arithsweep.core.training.recipe import mine_errors
@@ -144,8 +144,10 @@ class TrainResult:
         info = {"seed": self.train_cfg.seed + self.best_seed, "seed_index": self.best_seed,
                 "steps": self.steps, "wall_time": round(self.wall_time, 3),
                 "device": self.device, **(meta or {})}
-        return save_checkpoint(path, self.best_model(), self.task, 0, self.train_cfg,
-                               metrics, info)
+        # a continued run's checkpoint carries its start, so its --config runs anywhere
+        cfg, start = keep_start(self.train_cfg, path)
+        return save_checkpoint(path, self.best_model(), self.task, 0, cfg, metrics,
+                               {**info, **start})
 
 
 class _DataStream:

@@ -1,0 +1,70 @@
+"""A search trial's continued near-miss round (`near_miss_round: continue`) keeps its start.
+
+The round starts from the first round's best weights, saved in the trial's state folder; every
+checkpoint it reports carries that start inside `best/` (named relatively, so the verified and
+published model retrains from any copy of it), and a trial restored mid-round (Tune after a
+crash, `search --resume`) finds its start in the restored checkpoint, not in the temporary
+folder of the worker that died.
+
+    .venv/bin/python -m pytest tests/test_continue_round.py -q
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+import pytest
+from test_finishers import _fake_tune, _near_miss_setup
+
+from arithsweep.core.hashing import sha256_file
+
+# the finishers' near miss with them off, so the trial goes on to a continued round; a state
+# at every evaluation, so a checkpoint mid-round exists to restore from
+CONTINUED = {"finish_rounds": 0, "near_miss_round": "continue", "checkpoint_every": 200}
+FIRST_ROUND = 1400  # NEAR_MISS_TRIAL's steps
+
+
+class _Restored:
+    """The tune.Checkpoint a restored trial gets (local storage)."""
+
+    def __init__(self, path) -> None:
+        self.path = str(path)
+
+    @contextlib.contextmanager
+    def as_directory(self):
+        yield self.path
+
+
+def test_a_continued_round_carries_its_start_and_a_restored_one_finds_it(
+        monkeypatch, tmp_path):
+    pytest.importorskip("ray")
+    from arithsweep.core.model.checkpoint import load_checkpoint
+    from arithsweep.search import trainable
+
+    fake = _fake_tune(monkeypatch, tmp_path / "first")
+    (tmp_path / "first").mkdir()
+    trainable._Trial(_near_miss_setup(**CONTINUED), {"extra_rounds": 1}, {}).run()
+    assert fake.rows[-1]["rounds"] == 2, fake.rows[-1]
+    second = [(ck, row) for ck, row in fake.checkpoints if row["step"] > FIRST_ROUND]
+    assert len(second) >= 2, "the continued round must write states"
+    for ck, _ in second:
+        best = ck / "best"
+        assert json.loads((best / "config.json").read_text())["train"]["init_from"] == "start"
+        assert sha256_file(best / "start" / "model.safetensors") == sha256_file(
+            ck / "state" / "round-start" / "model.safetensors")
+        assert load_checkpoint(best).meta["init_from_sha256"] == sha256_file(
+            best / "start" / "model.safetensors")
+
+    # restored from its first state of the continued round: the worker's folder is gone
+    ck, row = second[0]
+    start_sha = sha256_file(ck / "state" / "round-start" / "model.safetensors")
+    again = _fake_tune(monkeypatch, tmp_path / "again")
+    (tmp_path / "again").mkdir()
+    monkeypatch.setattr(again, "get_checkpoint", lambda: _Restored(ck))
+    trainable._Trial(_near_miss_setup(**CONTINUED), {"extra_rounds": 1}, {}).run()
+    steps = [r["step"] for r in again.rows if "em" in r]
+    assert steps and steps[0] > row["step"]  # it went on mid-round, not from its start
+    assert again.rows[-1]["rounds"] == 2
+    last, _ = again.checkpoints[-1]
+    assert sha256_file(last / "best" / "start" / "model.safetensors") == start_sha
