@@ -170,3 +170,27 @@ def test_mkdocs_build_strict(tmp_path):
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert (tmp_path / "site" / "cli" / "index.html").is_file()
     assert (tmp_path / "site" / "leaderboard" / "LEADERBOARD" / "index.html").is_file()
+
+
+def test_readme_board_figures_are_the_published_entries():
+    """Every four-decimal exact match in the README's board table is, to the digit, what
+    LEADERBOARD.md prints for a published entry of that task and size (rounded down, as the
+    board rounds): a figure typed by hand drifts."""
+    import json
+
+    from arithsweep.core.evaluation.stats import percent
+
+    index = json.loads((ROOT / "leaderboard" / "entries.json").read_text())
+    entries = index["entries"] if isinstance(index, dict) else index
+    shown = {(e["task"], int(e["params"]), percent(e["exact_match"])) for e in entries}
+    board = README.read_text(encoding="utf-8").split("## The board", 1)[1].split("\n## ", 1)[0]
+    checked = 0
+    for line in board.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 3 or "/" in cells[1] or not cells[1].strip("*").replace(",", "").isdigit():
+            continue
+        task, params = cells[0].split()[0], int(cells[1].strip("*").replace(",", ""))
+        for fig in re.findall(r"\d+\.\d{4}%", cells[2]):
+            assert (task, params, fig) in shown, f"README board: {task} {params} p {fig}"
+            checked += 1
+    assert checked >= 5
