@@ -138,7 +138,7 @@ def test_an_entry_that_cannot_be_the_incumbent_is_refused(board):
         return {"qualifies": False, "exact_match": 0.5}
 
     with pytest.raises(ConfigError, match=r"not a verified incumbent at target 0.99 "
-                                          r"\(verified exact match 0.5\)"):
+                                          r"\(verified exact match 50.0000%\)"):
         incumbent.entry_incumbent(folder, "add3", 0.99, find, verifier)
     assert seen[0]["checkpoint"] == folder and seen[0]["search_name"] is None
     item, _ = incumbent.entry_incumbent(folder, None, 0.99, find, lambda c: {

@@ -27,6 +27,7 @@ from typing import Any
 from ray import tune
 
 from arithsweep.core.errors import ConfigError
+from arithsweep.core.evaluation.stats import percent
 from arithsweep.core.model.checkpoint import add_meta
 from arithsweep.search import run_settings
 
@@ -130,7 +131,7 @@ def entry_incumbent(ref: str, task: str | None, target: float, find_entry, verif
     if not isinstance(em, (int, float)):
         raise ConfigError(f"{what}: {name} holds no verified exact match")
     if em < target:
-        raise ConfigError(f"{what}: {name}'s verified exact match {em:.6g} is below this "
+        raise ConfigError(f"{what}: {name}'s verified exact match {percent(em)} is below this "
                           f"search's target {target:g}")
     item = {"trial_id": ENTRY_ID.format(found["entry_id"]), "params": int(found["params"]),
             "exact_match": float(em), "train_em": float(em), "qualifies": True,
@@ -157,7 +158,7 @@ def _verify_folder(what: str, found: dict, task: str | None, target: float, veri
                      "target": target})
     if not item.get("qualifies"):
         em = item.get("exact_match")
-        why = item.get("error") or (f"verified exact match {em:.6g}" if em is not None
+        why = item.get("error") or (f"verified exact match {percent(em)}" if em is not None
                                     else "not verified")
         raise ConfigError(f"{what}: not a verified incumbent at target {target:g} ({why})")
     return {**found, "entry_id": item.get("entry_id") or ck.sha256[:8], "task": ck.task.name,
@@ -197,7 +198,7 @@ def start_item(item: dict[str, Any], mapping: dict[str, Any], space: str) -> dic
              if mapping["params"] == item["params"] and not mapping["differs"] else
              f"its nearest point in space {space} has {mapping['params'] or 'no valid'} p")
     line = (f"from entry {item['entry_id']} ({item['task']}, {item['params']} p, verified "
-            f"{item['exact_match']:.6g}{found}): the incumbent from the start; {where}; "
+            f"{percent(item['exact_match'])}{found}): the incumbent from the start; {where}; "
             + (f"not mapped: {_few(mapping['unmapped'])}" if mapping["unmapped"] else
                "every searched key mapped")
             + (f"; the space differs: {_few(mapping['differs'])}" if mapping["differs"] else ""))
