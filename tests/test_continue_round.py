@@ -1,6 +1,8 @@
-"""A search trial's continued near-miss round (`near_miss_round: continue`) keeps its start.
+"""A search trial's later rounds keep what the earlier ones found.
 
-The round starts from the first round's best weights, saved in the trial's state folder; every
+The best model of the finished rounds is saved in the trial's state folder as the next round
+begins; a checkpoint holds it whenever the round under way does worse. A continued near-miss
+round (`near_miss_round: continue`) starts from it; every
 checkpoint it reports carries that start inside `best/` (named relatively, so the verified and
 published model retrains from any copy of it), and a trial restored mid-round (Tune after a
 crash, `search --resume`) finds its start in the restored checkpoint, not in the temporary
@@ -52,13 +54,13 @@ def test_a_continued_round_carries_its_start_and_a_restored_one_finds_it(
         best = ck / "best"
         assert json.loads((best / "config.json").read_text())["train"]["init_from"] == "start"
         assert sha256_file(best / "start" / "model.safetensors") == sha256_file(
-            ck / "state" / "round-start" / "model.safetensors")
+            ck / "state" / "rounds-best" / "model.safetensors")
         assert load_checkpoint(best).meta["init_from_sha256"] == sha256_file(
             best / "start" / "model.safetensors")
 
     # restored from its first state of the continued round: the worker's folder is gone
     ck, row = second[0]
-    start_sha = sha256_file(ck / "state" / "round-start" / "model.safetensors")
+    start_sha = sha256_file(ck / "state" / "rounds-best" / "model.safetensors")
     again = _fake_tune(monkeypatch, tmp_path / "again")
     (tmp_path / "again").mkdir()
     monkeypatch.setattr(again, "get_checkpoint", lambda: _Restored(ck))
@@ -68,3 +70,33 @@ def test_a_continued_round_carries_its_start_and_a_restored_one_finds_it(
     assert again.rows[-1]["rounds"] == 2
     last, _ = again.checkpoints[-1]
     assert sha256_file(last / "best" / "start" / "model.safetensors") == start_sha
+
+
+def test_a_round_that_does_worse_keeps_the_earlier_rounds_best(monkeypatch, tmp_path,
+                                                                add2_trained):
+    """A trial's checkpoints hold the best model of all its rounds: add10-tbukic-s1's 38 p
+    reached 91% in round 1, its retrained round 2 stayed at chance, and its checkpoint held
+    round 2's model, so the 91% one was gone with Tune's older checkpoint."""
+    pytest.importorskip("ray")
+    from dataclasses import replace
+
+    from arithsweep.core.training.population import train
+    from arithsweep.search import trainable
+
+    _fake_tune(monkeypatch, tmp_path)
+    setup = _near_miss_setup(**CONTINUED)
+    weak = train(setup.task, setup.model_cfg, replace(setup.train_cfg, steps=20, eval_every=10))
+    strong, _ = add2_trained  # every add2 problem right
+    trial = trainable._Trial(setup, {"extra_rounds": 1}, {})
+    strong.save_best(trial.ts.rounds_best)
+    trial.result = weak
+    trial._write_best(tmp_path / "a")
+    assert sha256_file(tmp_path / "a" / "best" / "model.safetensors") == sha256_file(
+        trial.ts.rounds_best / "model.safetensors")
+    # and the other way round: this round's model when it is the better one
+    weak.save_best(trial.ts.rounds_best)
+    trial.result = strong
+    trial._write_best(tmp_path / "b")
+    assert json.loads((tmp_path / "b" / "best" / "config.json").read_text())["metrics"][
+        "eval_exact_match"] == strong.best_em == 1.0
+    trial.ts.close()

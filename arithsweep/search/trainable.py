@@ -43,6 +43,7 @@ by hand; `arithsweep.search.driver.run_search` passes `run_trial` to the Tuner.
 from __future__ import annotations
 
 import math
+import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -229,8 +230,8 @@ class _Trial:
         cfg = self.setup.train_cfg
         if self.round_cfg is not None:  # the round the restored state belongs to
             cfg = TrainConfig.from_dict(self.round_cfg)
-            if cfg.init_from and self.ts.round_start.is_dir():  # its start, restored with it
-                cfg = replace(cfg, init_from=str(self.ts.round_start))
+            if cfg.init_from and self.ts.rounds_best.is_dir():  # its start, restored with it
+                cfg = replace(cfg, init_from=str(self.ts.rounds_best))
         rounds = 1 + int(self.const.get("extra_rounds", 1) or 0)
         near = float(self.const.get("near_miss", NEAR_MISS))
         last, first = None, self.round
@@ -240,10 +241,10 @@ class _Trial:
         for r in range(first, rounds):
             self.round = r
             if r > first:
-                start = None
-                if cfg.near_miss_round == "continue":  # the best round's best weights
-                    start = self.ts.round_start
-                    best_round.save_best(start)
+                # kept whatever this round does (a retrained seed can lose its lottery, a
+                # continued one fall back), and a continued round's start
+                best_round.save_best(self.ts.rounds_best)
+                start = self.ts.rounds_best if cfg.near_miss_round == "continue" else None
                 cfg = next_round(cfg, last.best_seed, start)
             self.plateau = Plateau(patience_for(self.const, cfg))
             self.reason = ""
@@ -333,7 +334,12 @@ class _Trial:
         return row
 
     def _write_best(self, d: Path) -> None:
-        if self.result is not None and self.result.best_state:
+        """best/: this round's best member, or the finished rounds' best where that is better
+        (add10-tbukic-s1's 38 p: 91% in round 1, its checkpoint held round 2's 0.07%)."""
+        cur = self.result.best_em if self.result is not None and self.result.best_state else None
+        if self.ts.rounds_best_em() > (-1.0 if cur is None else cur):
+            shutil.copytree(self.ts.rounds_best, d / "best")
+        elif cur is not None:
             self.result.save_best(d / "best")
 
 

@@ -19,6 +19,7 @@ Runs inside a Ray worker; used by `trainable.run_trial`:
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -33,9 +34,11 @@ from arithsweep.core.training.resume import Checkpointing, RunState, latest_stat
 from arithsweep.search.trial import RESUME_FROM
 
 STATE = "state"  # a trial checkpoint's training-state folder, beside best/
-# a continued round's start (TrainConfig.init_from), in the state folder so that every Tune
-# checkpoint carries it and a restored trial's round still has it to copy into best/start
-ROUND_START = "round-start"
+# the best model of the trial's finished rounds, saved as the next round begins: what its
+# checkpoints keep when that round does worse, and a continued round's start
+# (TrainConfig.init_from). In the state folder, so every Tune checkpoint carries it and a
+# restored trial still has it
+ROUNDS_BEST = "rounds-best"
 
 
 def restored_state(ckpt: Path) -> RunState | None:
@@ -64,9 +67,9 @@ class TrialState:
         self.last_row: dict[str, Any] | None = None
 
     @property
-    def round_start(self) -> Path:
-        """Where a continued round's start is saved (and found after a restore)."""
-        return self.dir / STATE / ROUND_START
+    def rounds_best(self) -> Path:
+        """Where the finished rounds' best model is saved (and found after a restore)."""
+        return self.dir / STATE / ROUNDS_BEST
 
     def _restore(self, config: dict[str, Any]) -> RunState | None:
         ckpt = tune.get_checkpoint()
@@ -82,12 +85,20 @@ class TrialState:
             return None
 
     def _take_start(self, state: RunState | None) -> RunState | None:
-        """Copy the restored state's round start (if any) into this trial's own folder: Tune
-        may delete the checkpoint it came from once this trial writes a newer one."""
-        src = state.path.parent / ROUND_START if state is not None else None
+        """Copy the restored state's rounds-best model (if any) into this trial's own folder:
+        Tune may delete the checkpoint it came from once this trial writes a newer one."""
+        src = state.path.parent / ROUNDS_BEST if state is not None else None
         if src is not None and src.is_dir():
-            shutil.copytree(src, self.round_start, dirs_exist_ok=True)
+            shutil.copytree(src, self.rounds_best, dirs_exist_ok=True)
         return state
+
+    def rounds_best_em(self) -> float:
+        """The held-out exact match of the finished rounds' best model (-1 if none)."""
+        try:
+            doc = json.loads((self.rounds_best / "config.json").read_text())
+            return float((doc.get("metrics") or {}).get("eval_exact_match", -1.0))
+        except (OSError, ValueError, TypeError):
+            return -1.0
 
     def extra(self) -> dict[str, Any]:
         """The caller's counters saved with the restored state ({} if it starts afresh)."""
