@@ -173,16 +173,24 @@ def test_a_near_miss_second_round_retrains_its_best_seed_exactly_as_it_began():
 
 def test_a_continue_round_starts_from_the_best_weights_with_new_data(tmp_path):
     """near_miss_round=continue: the next round starts every member from the saved best
-    weights (init_from), with data streams the first round never drew, at the lr its cosine
-    ended at, no curriculum and no warmup, for the same number of steps."""
-    from arithsweep.search.trainable import CONTINUE_SEEDS, next_round
+    weights (init_from), with data streams the first round never drew, at a tenth of the lr
+    its cosine ended at, no curriculum and no warmup, for the same number of steps; with held
+    decay drops, at the decay its start's exact match had dropped it to."""
+    from arithsweep.search.trainable import CONTINUE_LR_SHARE, CONTINUE_SEEDS, next_round
 
     task, m, base = _base(steps=40, seed=3, seeds=12)
     base = replace(base, near_miss_round="continue", curriculum=[[10, 1]], warmup=5)
     nxt = next_round(base, 2, tmp_path / "start")
     assert nxt.init_from == str(tmp_path / "start")
     assert (nxt.seed, nxt.seeds, nxt.steps) == (15, CONTINUE_SEEDS, 40)
-    assert nxt.lr == base.lr * base.min_lr_ratio and nxt.warmup == 0 and nxt.curriculum is None
+    assert nxt.lr == base.lr * base.min_lr_ratio * CONTINUE_LR_SHARE and CONTINUE_LR_SHARE == 0.1
+    assert nxt.warmup == 0 and nxt.curriculum is None
+    assert nxt.weight_decay == base.weight_decay  # no drops: the decay as it was
+    held = replace(base, weight_decay=0.01, wd_drops=[[0.01, 0.1], [0.05, 0.001]],
+                   wd_drops_hold=True)
+    assert next_round(held, 2, tmp_path / "start", 0.91).weight_decay == pytest.approx(1e-5)
+    assert next_round(held, 2, tmp_path / "start", 0.03).weight_decay == pytest.approx(1e-3)
+    assert next_round(held, 2, tmp_path / "start", 0.001).weight_decay == 0.01
     with pytest.raises(ConfigError, match="continue"):
         next_round(base, 2)
     # as the trial runs it: the round's best member saved, then two steps of the next round

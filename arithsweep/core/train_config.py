@@ -128,7 +128,8 @@ class TrainConfig(DictConfig):
     # A search trial's near-miss round (search/trainable.next_round): "retrain" its best seed
     # alone from its own initialisation for twice the steps (add3's 57 p: 98.78% -> 99.52%), or
     # "continue" the best member's best weights (init_from) as min(seeds, 8) members with their
-    # own data, for `steps` more steps from the lr the cosine ended at, with no curriculum: a
+    # own data, for `steps` more steps from a tenth of the lr the cosine ended at (trainable.
+    # CONTINUE_LR_SHARE: from that lr itself a finished model swings), with no curriculum: a
     # grokking recipe's seed retrained on another schedule lost its lottery (add10's 44 p).
     near_miss_round: str = "retrain"
     # Finishers for near misses (core/training/finish.py), after training, on the best member
