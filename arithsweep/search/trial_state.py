@@ -60,7 +60,7 @@ class TrialState:
 
     def __init__(self, config: dict[str, Any]) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="arithsweep-trial-"))
-        self.restored = self._restore(config)  # (after self.dir: it may copy a start there)
+        self.restored = self._restore(config)  # (after self.dir: it may copy into it)
         self.improved = False  # the best went up since the last checkpoint: write one now
         self.row_fn: Callable[[], dict[str, Any] | None] = lambda: None
         self.best_fn: Callable[[Path], None] = lambda d: None  # writes best/ (p<j>/best)
@@ -76,15 +76,15 @@ class TrialState:
         try:
             if ckpt is not None:
                 if os.path.isdir(os.path.dirname(ckpt.path)):  # local storage
-                    return self._take_start(restored_state(Path(ckpt.path)))
+                    return self._take_rounds_best(restored_state(Path(ckpt.path)))
                 with ckpt.as_directory() as d:
-                    return self._take_start(latest_state(Path(d) / STATE))
+                    return self._take_rounds_best(latest_state(Path(d) / STATE))
             src = config.get(RESUME_FROM)
-            return self._take_start(restored_state(Path(src))) if src else None
+            return self._take_rounds_best(restored_state(Path(src))) if src else None
         except (ArithsweepError, OSError):  # another version's state: train from step 0
             return None
 
-    def _take_start(self, state: RunState | None) -> RunState | None:
+    def _take_rounds_best(self, state: RunState | None) -> RunState | None:
         """Copy the restored state's rounds-best model (if any) into this trial's own folder:
         Tune may delete the checkpoint it came from once this trial writes a newer one."""
         src = state.path.parent / ROUNDS_BEST if state is not None else None
