@@ -300,8 +300,10 @@ def test_time_budget_ends_the_search_cleanly(ray_local, tmp_path):
     study = _study(s)
     assert len(study.trials) == s.n_trials
     assert not [t for t in study.trials if t.state.name == "RUNNING"]
+    # no trial's MLflow run is left open (on a loaded machine the deadline can end a trial
+    # before Tune starts it, and a trial never started has no run: none is required)
     _, runs = _trial_runs(s)
-    assert runs and all(r.info.status != "RUNNING" for r in runs)
+    assert all(r.info.status != "RUNNING" for r in runs)
 
     # Resumed after its deadline, the search trains again (the trials the deadline ended
     # once filled the concurrency limit, so a resume started nothing), and the trials of the
