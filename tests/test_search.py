@@ -194,6 +194,14 @@ def test_plateau_never_stops_a_model_whose_loss_still_falls():
     assert [stuck.update(0.1, 1.0) for _ in range(4)] == [False, False, False, True]
     late = Plateau(patience=3)  # exact match climbing while the loss is flat also counts
     assert not any(late.update(0.01 * i, 1.0) for i in range(20))
+    # a slow fall adds up: 0.5% an evaluation is 2% every four (add10-tbukic-s5's 38 p,
+    # continued at 90%: 0.3% an evaluation, stopped after 15 evaluations by a running mark)
+    creep = Plateau(patience=5)
+    assert not any(creep.update(0.9, 0.05 * 0.995 ** i) for i in range(60))
+    # noise around a flat level does not: it stops after `patience`
+    noisy = Plateau(patience=5)
+    assert any(noisy.update(0.9 + 0.001 * (i % 2), 0.05 * (1 + 0.005 * (i % 2)))
+               for i in range(10))
 
 
 def test_a_seed_that_learnt_part_of_the_task_gets_the_low_lr_end_of_its_schedule():
