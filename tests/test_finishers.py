@@ -108,6 +108,19 @@ def test_cmaes_is_not_kept_when_held_out_cannot_improve(members):
     assert done.state is perfect and _same(done.state, before) and done.held_out == 1.0
 
 
+def test_cmaes_runs_with_a_search_trials_seed(members):
+    """A search's seeds are far above 2**32 (2e11, search/trial.py's seed blocks), which
+    numpy's legacy seeding, the one `cma` uses, refuses: the first 90% near miss given to
+    `arithsweep finish` crashed there."""
+    from arithsweep.core.training.finish import cmaes_seed
+
+    task, m, t, near, _ = members
+    cfg = replace(t, seed=206_159_478_816, finish_cmaes_evals=20, finish_pool=256)
+    (rec,) = finish(task, m, cfg, near, max_params=10_000).records
+    assert rec["finisher"] == CMAES and rec["evals"] >= 20
+    assert all(1 <= cmaes_seed(s) < 2**32 for s in (0, 2**32 - 1 - 0x0C3A, 2**40))
+
+
 def test_cmaes_is_kept_when_held_out_improves(members):
     """A damaged member (noise on every weight) that CMA-ES partly repairs."""
     task, m, t, _, perfect = members

@@ -254,6 +254,12 @@ def _objective(packed: ArithTransformer, task: Task, pool_set: EvalSet, tokens: 
     return [x if math.isfinite(x) else math.inf for x in f]
 
 
+def cmaes_seed(seed: int) -> int:
+    """The seed CMA-ES gets for training seed `seed`: numpy's legacy seeding takes 1..2**32-1
+    (0 would mean "from the clock"), and a search's seeds are far larger (2e11)."""
+    return 1 + (0x0C3A + int(seed)) % (2**32 - 1)
+
+
 def _cmaes(model: ArithTransformer, task: Task, cfg: TrainConfig, pool, held: EvalSet,
            before: float, gen: torch.Generator, done: Finished, _passes: Passes,
            max_params: int) -> dict[str, Any]:
@@ -273,7 +279,7 @@ def _cmaes(model: ArithTransformer, task: Task, cfg: TrainConfig, pool, held: Ev
     rng = np.random.get_state()  # cma seeds numpy's global generator: give it back after
     try:
         es = cma.CMAEvolutionStrategy(x0.numpy(), sigma, {
-            "seed": 0x0C3A + cfg.seed, "maxfevals": cfg.finish_cmaes_evals, "verbose": -9})
+            "seed": cmaes_seed(cfg.seed), "maxfevals": cfg.finish_cmaes_evals, "verbose": -9})
         packed = ArithTransformer(model.cfg, k=es.popsize,
                                   generator=torch.Generator().manual_seed(0)).to(device)
         _load_rows(packed, x0[None].expand(es.popsize, n))
