@@ -206,9 +206,11 @@ def next_round(cfg: Any, best_index: int, start: Path | None = None,
     if cfg.near_miss_round == "continue":
         if start is None:
             raise ConfigError("near_miss_round=continue: no checkpoint to continue from")
+        from arithsweep.core.training.recipe import drop_factor
+
         wd = cfg.weight_decay
         if cfg.wd_drops and cfg.wd_drops_hold and best_em is not None:
-            wd *= next((f for at, f in reversed(cfg.wd_drops) if best_em >= at), 1.0)
+            wd *= drop_factor(cfg.wd_drops, best_em)
         return replace(cfg, init_from=str(start), seed=cfg.seed + cfg.seeds,
                        seeds=min(cfg.seeds, CONTINUE_SEEDS),
                        lr=cfg.lr * cfg.min_lr_ratio * CONTINUE_LR_SHARE, weight_decay=wd,
@@ -298,7 +300,9 @@ class _Trial:
                 finished, tried = self._finish(best_round), best_round
                 if self.reason == "reached target":
                     break
-        self.result = best_round  # the trial's checkpoint keeps the best round's best member
+        # what a finisher's checkpoint saves (_write_best); the checkpoints written during a
+        # later round keep the finished rounds' best through ts.rounds_best
+        self.result = best_round
         if tried is not best_round:
             finished = self._finish(best_round)
         self.ts.close()

@@ -39,9 +39,15 @@ def wd_factors(drops: list[list[float]], exact: list[float], digits: list[list[f
     for j, (em, acc) in enumerate(zip(exact, digits)):
         ok = em == em and (held is not None  # nan: failed
                            or bool(acc) and sum(acc) / len(acc) >= WD_DROP_DIGITS)
-        f = next((f for at, f in reversed(drops) if ok and em >= at), 1.0)
+        f = drop_factor(drops, em) if ok else 1.0
         out.append(f if held is None else min(f, held[j]))
     return out
+
+
+def drop_factor(drops: list[list[float]], em: float) -> float:
+    """The decay factor of the last `drops` step whose exact match `em` has passed (1.0 for
+    none): [[0.01, 0.1], [0.05, 0.001]] gives 0.001 at 90%."""
+    return next((f for at, f in reversed(drops) if em >= at), 1.0)
 
 
 def decay_factors(wd: torch.Tensor, base: torch.Tensor) -> list[float]:
