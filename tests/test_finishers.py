@@ -310,14 +310,14 @@ def test_a_pack_finishes_its_near_misses_and_reports_them_as_proposals(monkeypat
     assert float(exact_match(best.model, task, *task.enumerate_all()).float().mean()) >= 0.99
 
 
-def test_a_trial_whose_held_out_passed_but_the_full_check_did_not_is_a_near_miss():
+def test_a_trial_whose_held_out_passed_but_the_full_check_did_not_gets_the_finishers():
     """The finishers' gate reads whether the trial reached the target (the full check), not
     whether its held-out figure is below it; a trial that reached it, or is far off, is not."""
     pytest.importorskip("ray")
-    from arithsweep.core.training.finish import NEAR_MISS_BAND
-    from arithsweep.search.trainable import near_miss
+    from arithsweep.core.training.finish import FINISH_FLOOR
+    from arithsweep.search.trainable import gets_finishers
 
-    assert near_miss(False, 0.9929, NEAR_MISS_BAND)  # held-out 99.29%, check below 99%
-    assert near_miss(False, 0.97, NEAR_MISS_BAND)
-    assert not near_miss(True, 0.9929, NEAR_MISS_BAND)
-    assert not near_miss(False, 0.90, NEAR_MISS_BAND)
+    assert gets_finishers(False, 0.9929, FINISH_FLOOR)  # held-out 99.29%, check below 99%
+    assert gets_finishers(False, 0.97, FINISH_FLOOR)
+    assert not gets_finishers(True, 0.9929, FINISH_FLOOR)
+    assert not gets_finishers(False, 0.90, FINISH_FLOOR)

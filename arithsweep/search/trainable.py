@@ -17,9 +17,10 @@ trial stops on its own curve, never because a model of another size is ahead of 
   half its peak: it oscillates until the schedule's low-lr end settles it);
 - budget: its steps or time ran out.
 
-A near miss (best seed within `near_miss` of the target) first gets the finishers where its
-space turns them on (minutes; a 95-99% model is finished, not retrained), then, if still below,
-a second round: its best seed alone, from its own initialisation, for twice the steps. At these
+A near miss (best seed within `near_miss` of the target: a distance) first gets the finishers
+where its space turns them on and its best is at finish.FINISH_FLOOR or above (a level; they
+take minutes: a 95-99% model is finished, not retrained), then, if still below, a second
+round: its best seed alone, from its own initialisation, for twice the steps. At these
 sizes the seed is the lottery and length the cure: add3-micro-s1's 57-p start point stopped at
 98.78% (seed 5 of 8, 25K steps and a polish); seed 5 alone for 50K steps answers 99.52% of all
 10^6 problems, in 220 s on one core, where the round it replaced (16 fresh seeds for 50K steps)
@@ -175,13 +176,13 @@ def run_trial(config: dict[str, Any]) -> None:
         _Trial(setups[0], const, config).run()
 
 
-def near_miss(reached: bool, best: float, band: float) -> bool:
+def gets_finishers(reached: bool, best: float, floor: float) -> bool:
     """Does a trial get the finishers? When it did not reach the target (confirmed by the full
-    check) and its best held-out exact match is `band` or more, a held-out figure at or above
-    the target included: the full check can fail it, or (before the held-out gate of sampled
-    tasks was the target itself) never be asked; add10's 44 p at 99.29% held-out was written
-    off without them."""
-    return not reached and best >= band
+    check) and its best held-out exact match is `floor` (finish.FINISH_FLOOR) or more, a
+    held-out figure at or above the target included: the full check can fail it, or (before
+    the held-out gate of sampled tasks was the target itself) never be asked; add10's 44 p at
+    99.29% held-out was written off without them."""
+    return not reached and best >= floor
 
 
 CONTINUE_SEEDS = 8  # a "continue" round's members: data orders are cheap in a tiny pack
@@ -316,16 +317,16 @@ class _Trial:
 
     def _finish(self, result: Any) -> dict[str, Any]:
         """The near-miss finishers (TrainConfig finish_*, core/training/finish.py) on the best
-        member of a trial that ended below the target but within finish.NEAR_MISS_BAND of it.
+        member of a trial that ended below the target at finish.FINISH_FLOOR or above.
         If one takes it over the line (the same full check as `_on_eval`), the finished model
         goes to Tune as the trial's checkpoint and the trial has reached the target. Returns
         {"finished_by": ...} for the last row when the fields are on, else {}."""
-        from arithsweep.core.training.finish import NEAR_MISS_BAND, finish_best, finishers_on
+        from arithsweep.core.training.finish import FINISH_FLOOR, finish_best, finishers_on
         from arithsweep.search.trial_state import STATE
 
         if result is None or not finishers_on(result.train_cfg):
             return {}
-        if not near_miss(self.reason == "reached target", self.best, NEAR_MISS_BAND):
+        if not gets_finishers(self.reason == "reached target", self.best, FINISH_FLOOR):
             return {"finished_by": None}
         done = finish_best(result, self.check)
         if done["finished_by"] is not None:
@@ -435,10 +436,10 @@ class _Pack:
 
     def _finish(self, results: list[Any]) -> dict[int, str | None]:
         """The near-miss finishers on each proposal, by `_Trial._finish`'s rule: one that ended
-        below the target within finish.NEAR_MISS_BAND of it gets them, and one they take over
+        below the target at finish.FINISH_FLOOR or above gets them, and one they take over
         the line is reported with its finished model in one more checkpoint. Returns each
         proposal's finisher (None: none took it over) where its fields turn them on."""
-        from arithsweep.core.training.finish import NEAR_MISS_BAND, finish_best, finishers_on
+        from arithsweep.core.training.finish import FINISH_FLOOR, finish_best, finishers_on
         from arithsweep.search.trial_state import STATE
 
         out: dict[int, str | None] = {}
@@ -446,7 +447,7 @@ class _Pack:
             if not finishers_on(r.train_cfg):
                 continue
             out[j] = None
-            if not near_miss(self.reasons[j] == "reached target", self.best[j], NEAR_MISS_BAND):
+            if not gets_finishers(self.reasons[j] == "reached target", self.best[j], FINISH_FLOOR):
                 continue
             out[j] = finish_best(r, self.checks[j])["finished_by"]
             if out[j] is not None:

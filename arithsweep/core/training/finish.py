@@ -20,7 +20,7 @@ Each finisher is judged on the run's own held-out evaluation set (`confirm.eval_
 disjoint from the training split; never the verification suite): fine-tuning is kept unless
 held-out exact match falls (its best round by that measure), CMA-ES only if it rises; what is
 not kept leaves the weights bit for bit as they were. `arithsweep train` runs them when the
-best seed misses the target, a search trial when it misses it within NEAR_MISS_BAND.
+best seed misses the target, a search trial when it misses it at FINISH_FLOOR or above.
 
     arithsweep train --task add3 --set finish_rounds=3 --set finish_cmaes_evals=2000 --json
     from arithsweep.core.training.finish import finish
@@ -46,7 +46,9 @@ from arithsweep.core.evaluation.evaluate import EvalSet, answer_start, exact_mat
 from arithsweep.core.model.model import ArithTransformer, ModelConfig
 
 FINETUNE, CMAES = "targeted fine-tuning", "cma-es"
-NEAR_MISS_BAND = 0.95  # a search trial below the target but at least this gets the finishers
+# a search trial below the target whose best held-out exact match is at least this gets the
+# finishers (a level; the search's `near_miss` is a distance from the target)
+FINISH_FLOOR = 0.95
 # CMA-ES keeps an n x n covariance and needs ~n generations to adapt it: past ~100 numbers a
 # budget of a few thousand evaluations barely moves it (measured here: 400 evaluations on a
 # 720-p add2 model never beat its starting point's objective at sigma 1e-2; the 49-p claim
