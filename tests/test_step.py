@@ -11,7 +11,7 @@ from arithsweep.core.data.tasks import get_task
 from arithsweep.core.model.model import ArithTransformer
 from arithsweep.core.training import train as T
 from arithsweep.core.training.population import PackAdamW
-from arithsweep.core.training.step import WARMUP, PackStep, capture_blocker
+from arithsweep.core.training.step import EAGER_STEPS, PackStep, capture_blocker
 
 TASK = get_task("add3")
 CUDA = torch.device("cuda")  # a device object needs no GPU; only running on it does
@@ -76,7 +76,7 @@ def test_captured_step_matches_eager_on_cuda() -> None:
     eager, eager_losses, _ = _run(CUDA, capture=False)
     captured, cap_losses, step = _run(CUDA, capture=True)
     assert step.mode == "captured", step.reason
-    assert step.done > WARMUP
+    assert step.done > EAGER_STEPS
     for le, lc in zip(eager_losses, cap_losses, strict=True):
         torch.testing.assert_close(lc, le, rtol=1e-5, atol=1e-6)
     for name, p in eager.items():

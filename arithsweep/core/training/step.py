@@ -2,7 +2,7 @@
 
 A step of a tiny model is launch-bound: ~200 kernels (forward, backward, per-member clipping,
 AdamW) whose launch cost is the same whatever K is. `PackStep` runs the step body eagerly on the
-CPU; on CUDA it runs WARMUP eager steps (on a side stream, as capture requires), then records
+CPU; on CUDA it runs EAGER_STEPS steps eagerly (on a side stream, as capture requires), then records
 the body once with `torch.cuda.graph` and from then on replays it: one launch per step. The
 inputs a step reads are static device buffers refreshed in place before each replay (tokens,
 loss mask, per-member lr), and everything the body writes (gradients, Adam moments, the step
@@ -31,7 +31,9 @@ from torch import Tensor
 
 from arithsweep.core.training.train import _clip_and_guard
 
-WARMUP = 3  # eager steps before capture: lazy state (grokfast EMA, cuBLAS handles) is made
+# steps run eagerly before capture (not TrainConfig.warmup, the lr's): lazy state (grokfast
+# EMA, cuBLAS handles) is made
+EAGER_STEPS = 3
 
 LossFn = Callable[..., Tensor]
 
@@ -67,7 +69,7 @@ class PackStep:
         self.start, self.batch_size, self.n_micro = start, batch_size, n_micro
         self.grokfast = grokfast
         self._clip_and_guard = _clip_and_guard  # one clipping rule for every path
-        self.mode = "eager" if blocker else "warmup"  # -> "captured" after WARMUP steps
+        self.mode = "eager" if blocker else "warmup"  # -> "captured" after EAGER_STEPS steps
         self.reason = blocker  # why eager, for logs and the bench
         self.done = 0
         self.graph: torch.cuda.CUDAGraph | None = None
@@ -109,7 +111,7 @@ class PackStep:
             return self._body(tokens, mask, lr)
         if self.mode == "warmup":
             out = self._on_side_stream(lambda: self._body(tokens, mask, lr))
-            if self.done >= WARMUP:
+            if self.done >= EAGER_STEPS:
                 self._capture(tokens, mask, lr)
             return out
         st = self.static
