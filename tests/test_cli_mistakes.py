@@ -114,8 +114,9 @@ def test_bench_on_an_unknown_device_is_one_line():
                                            ("no-port", ("HOST:PORT",))])
 def test_search_at_an_address_where_no_ray_listens_is_one_line(tmp_path, address, words):
     """Ray alone retries a refused local port for minutes and logs a line a second."""
+    # --fresh: the published board's add2 entry would be named in a line of its own first
     one_error_line(run("search", "--task", "add2", "--address", address, "--trials", "1",
-                       "--root", str(tmp_path), "--name", "s"), *words)
+                       "--root", str(tmp_path), "--name", "s", "--fresh"), *words)
     # nothing ran, so the name is still free for the corrected command
     assert not (tmp_path / "s").exists()
 

@@ -36,6 +36,11 @@ TINY_CMD = "arithsweep search --task add10 --target 0.99 --time-budget 95m -n 30
 def board(tmp_path) -> Path:
     """A published board holding two of the repository's entries, and no local database yet
     (its path, leaderboard.db beside entries.json, is what --db names)."""
+    return published_board(tmp_path)
+
+
+def published_board(tmp_path: Path) -> Path:
+    """`board`'s folder, made under tmp_path (test_board_start's board too)."""
     lb = tmp_path / "leaderboard"
     (lb / "checkpoints").mkdir(parents=True)
     doc = json.loads((REPO / "leaderboard" / "entries.json").read_text())

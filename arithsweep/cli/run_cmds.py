@@ -23,6 +23,7 @@ from arithsweep.cli.common import (
     print_json,
     table,
 )
+from arithsweep.core.config import ModelConfig, TrainConfig
 from arithsweep.core.errors import ArithsweepError, ConfigError
 
 
@@ -30,18 +31,18 @@ def train(
     task: str = typer.Option(None, "--task", "-t", help=TASK_HELP),
     fmt: str = typer.Option(None, "--format", help=FORMAT_HELP),
     config: Path = typer.Option(None, "--config", "-c", help="YAML/JSON with model:/train: sections, or a checkpoint's config.json"),
-    d_model: int = typer.Option(None, "--d-model", help="residual width"),
-    layers: int = typer.Option(None, "--layers", help="transformer blocks"),
-    heads: int = typer.Option(None, "--heads", help="attention heads"),
-    d_ff: int = typer.Option(None, "--d-ff", help="MLP width (0 = no MLP)"),
-    pos: str = typer.Option(None, "--pos", help="learned | sinusoidal | rope | abacus | abacus_rope | abacus_bias | digit_index | none"),
-    seeds: int = typer.Option(None, "--seeds", "-k", help="seeds trained together"),
-    steps: int = typer.Option(None, "--steps", help="optimiser steps"),
-    lr: float = typer.Option(None, "--lr", help="peak learning rate"),
-    seed: int = typer.Option(None, "--seed", help="first seed of the pack"),
-    target: float = typer.Option(None, "--target", help="stop once a seed reaches this exact match"),
-    device: str = typer.Option(None, "--device", help="auto | cpu | cuda | cuda:N"),
-    layout: str = typer.Option(None, "--layout", help="auto | reference | tiny: how a step computes its gradients (auto picks by model; README, 'Training layouts')"),
+    d_model: int = typer.Option(None, "--d-model", help=f"residual width (default {ModelConfig.d_model})"),
+    layers: int = typer.Option(None, "--layers", help=f"transformer blocks (default {ModelConfig.n_layers})"),
+    heads: int = typer.Option(None, "--heads", help=f"attention heads (default {ModelConfig.n_heads})"),
+    d_ff: int = typer.Option(None, "--d-ff", help=f"MLP width, 0 = no MLP (default {ModelConfig.d_ff})"),
+    pos: str = typer.Option(None, "--pos", help=f"learned | sinusoidal | rope | abacus | abacus_rope | abacus_bias | digit_index | none (default {ModelConfig.pos})"),
+    seeds: int = typer.Option(None, "--seeds", "-k", help=f"seeds trained together (default {TrainConfig.seeds})"),
+    steps: int = typer.Option(None, "--steps", help=f"optimiser steps (default {TrainConfig.steps})"),
+    lr: float = typer.Option(None, "--lr", help=f"peak learning rate (default {TrainConfig.lr:g})"),
+    seed: int = typer.Option(None, "--seed", help=f"first seed of the pack (default {TrainConfig.seed})"),
+    target: float = typer.Option(None, "--target", help=f"stop once a seed reaches this exact match (default {TrainConfig.target:g})"),
+    device: str = typer.Option(None, "--device", help=f"auto | cpu | cuda | cuda:N (default {TrainConfig.device})"),
+    layout: str = typer.Option(None, "--layout", help=f"auto | reference | tiny: how a step computes its gradients (default {TrainConfig.layout}: picks by model; README, 'Training layouts')"),
     sets: list[str] = typer.Option(None, "--set", help=SET_HELP),
     out_dir: Path = typer.Option(None, "--out", "-o", help="checkpoint directory (default runs/<task>-<time>)"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
@@ -50,8 +51,9 @@ def train(
     init_from: Path = typer.Option(None, "--init-from", help="start every seed from this checkpoint's weights instead of a fresh initialisation (continue a near miss on a new schedule; same architecture and format)"),
 ) -> None:
     """Train K seeds of one architecture together; save the best as a checkpoint. The run's
-    whole state is saved as it trains (every checkpoint_every steps, or about every 5 minutes),
-    so a killed run continues with --resume."""
+    whole state is saved as it trains (every checkpoint_every steps, or else about every
+    checkpoint_seconds: both --set fields), so a killed run continues with --resume. An
+    option not given takes the --config file's value, else the default shown."""
     check_outputs(dirs={"--out": out_dir, "--resume": resume}, appends={"--log": log})
     import time
 

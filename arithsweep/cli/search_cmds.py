@@ -2,6 +2,7 @@
 
     arithsweep search --task add3 --target 0.99 --trials 12
     arithsweep search --from-entry 44 --time-budget 2h     # continue from the board's entry 44
+    arithsweep search --task add3 --fresh                  # from the space's start, not the board
     arithsweep spaces
     arithsweep ui
 """
@@ -71,12 +72,15 @@ def search(
     rounds: int = typer.Option(2, "--rounds", help="rounds per architecture: a near miss earns another, its best seed for twice the steps"),
     seed: int = typer.Option(0, "--seed", help="sampler seed and base training seed"),
     from_entry: str = typer.Option(None, "--from-entry", help="start from this leaderboard entry (id or sha256 prefix, local database then leaderboard/entries.json) or checkpoint folder (verified first) as the verified incumbent, descending from it; --task defaults to its task"),
+    fresh: bool = typer.Option(False, "--fresh", help="start from the space's start point; without it (and without --from-entry) a new search starts from the board's smallest entry of the task at the target, as --from-entry would"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Ray Tune + Optuna search for the fewest-parameter model reaching the target.
 
-    Trials that reach the target are verified at once; no proposal as large as the smallest
-    verified model is trained after that."""
+    A new search starts from the board's smallest entry of the task (the local database and
+    leaderboard/entries.json) as its verified incumbent and says so in its first line
+    (--fresh: from the space's start point). Trials that reach the target are verified at
+    once; no proposal as large as the smallest verified model is trained after that."""
     check_outputs(dirs={"--root": root or "searches"}, urls={"--db": db, "--mlflow-uri": mlflow_uri})
     from arithsweep.search.driver import SearchOptions
 
@@ -89,10 +93,10 @@ def search(
         address=address, name=name, resume=resume,
         root=str(root.absolute()) if root else None, mlflow_uri=mlflow_uri,
         n_verify=n_verify, seed=seed, max_params=max_params, frontier=frontier,
-        patience=patience, extra_rounds=max(0, rounds - 1), from_entry=from_entry,
+        patience=patience, extra_rounds=max(0, rounds - 1), from_entry=from_entry, fresh=fresh,
         command=shlex.join(["arithsweep", *sys.argv[1:]]),
     )
-    from arithsweep.leaderboard.entry_lookup import entry_finder
+    from arithsweep.leaderboard.entry_lookup import entry_finder, smallest_finder
     from arithsweep.leaderboard.verify import make_verifier
     from arithsweep.search.driver import run_search
 
@@ -102,7 +106,8 @@ def search(
     try:
         summary = run_search(opts, on_update=on_update, verifier=make_verifier(db),
                              find_entry=entry_finder(db, root or "searches"),
-                             note=lambda line: print(line, file=sys.stderr))
+                             find_smallest=smallest_finder(db, root or "searches"),
+                             note=lambda line: print(f"starting {line}", file=sys.stderr))
     finally:
         if live is not None:
             live.stop()

@@ -2,6 +2,7 @@
 then the published `leaderboard/entries.json` beside it (weights checked by sha256). `entry_row`
 is the one lookup `arithsweep show`, `inspect`, `ood` and `search --from-entry ID_OR_PATH` use
 (`board_entry`: with the chain of search commands that led to it, `provenance.entry_chain`);
+`smallest_entry` the board's smallest entry of a task, where a new search starts;
 `entry_checkpoint` the checkpoint folder `inspect` and `ood` load. No torch.
 
 Apart from provenance.py so that provenance (read by verify) never imports the published
@@ -26,6 +27,34 @@ def entry_finder(db_url: str | None = None, searches_root: str | Path | None = "
     `board_entry` with the database and the searches root fixed. The CLI builds it, so the
     search wing never imports the leaderboard wing."""
     return lambda ref: board_entry(ref, db_url, searches_root)
+
+
+def smallest_finder(db_url: str | None = None, searches_root: str | Path | None = "searches"):
+    """The search's `BoardFinder` (arithsweep.search.driver): `smallest_entry` with the
+    database and the searches root fixed, built by the CLI as `entry_finder` is."""
+    return lambda task, target: smallest_entry(task, target, db_url, searches_root)
+
+
+def smallest_entry(task: str, target: float, db_url: str | None = None,
+                   searches_root: str | Path | None = "searches") -> dict[str, Any] | None:
+    """What a new `arithsweep search --task TASK` starts from: the board's first TASK entry at
+    TARGET or above as `arithsweep leaderboard --target TARGET` ranks it (fewest params, then
+    the best exact match, then the earliest; the local database and the published
+    entries.json beside it in one ranking, a published entry whose weights fail their sha256
+    check never ranked), as `board_entry` gives it; None when the board holds none."""
+    from arithsweep.leaderboard import published as pub
+    from arithsweep.leaderboard.board import open_db
+
+    db = open_db(db_url, create=False)
+    try:
+        local = db.query(task=task, all=True)
+    finally:
+        db.close()
+    rows = pub.merge(local, pub.published_rows(pub.default_folder(db.url)), task=task,
+                     target=target)
+    first = next((r for r in rows if r.get("rank") == 1), None)
+    # by its full sha256: an id may name another entry in the local database
+    return None if first is None else board_entry(first["sha256"], db_url, searches_root)
 
 
 class NotAnEntry(ArithsweepError):

@@ -25,6 +25,9 @@ incumbent (`verified.json`). `SearchOptions(from_entry="44")` (`--from-entry`) s
 leaderboard entry or checkpoint folder as the verified incumbent, descending from its point
 in the space (`incumbent.entry_incumbent`, `shrink.map_entry`); search.json keeps it under
 "from_entry", with the commands of the searches that found it ("chain"), for `publish`.
+Given `find_smallest` (the CLI gives it), a new search without from_entry starts so from the
+board's smallest entry of its task at its target, unless `SearchOptions(fresh=True)`
+(`--fresh`): then, as without an entry on the board, from the space's start point.
 """
 
 from __future__ import annotations
@@ -78,17 +81,28 @@ checkpoint folder only {"checkpoint", "chain"} (the driver verifies it). Raises
 ArithsweepError (one line) for anything else. The CLI builds it from the leaderboard wing
 (`leaderboard.entry_lookup.entry_finder`)."""
 
+BoardFinder = Callable[[str, float], "dict | None"]
+"""Finds where a new search starts: `find_smallest(task, target)` gives the board's smallest
+entry of the task at the target or above (the local database and the published entries.json
+ranked as one; fewest params, then the best exact match) as `EntryFinder` gives an entry, or
+None when the board holds none. Raises ArithsweepError when the board cannot be read. The CLI
+builds it from the leaderboard wing (`leaderboard.entry_lookup.smallest_finder`)."""
+
 
 def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = None,
                verifier: Verifier | None = None, find_entry: EntryFinder | None = None,
-               note: Callable[[str], None] | None = None) -> SearchSummary:
+               note: Callable[[str], None] | None = None,
+               find_smallest: BoardFinder | None = None) -> SearchSummary:
     """Run (or resume) a search; `on_update(event)` gets trial start/result/complete events,
     each with the search's `SearchProgress` (as a dict) under "search", and one event
     "search" (trial_id None) before any trial;
     `verifier` checks trials that reach the target from their weights (see `Verifier`): the
     smallest verified one bounds every later proposal; `find_entry` looks `--from-entry` up
-    (see `EntryFinder`); `note(line)` gets the one line that says how the entry mapped onto
-    the space, before the search starts."""
+    (see `EntryFinder`); `find_smallest` the board's smallest entry of the task, where a new
+    search without `from_entry` or `fresh` starts (see `BoardFinder`); `note(line)` gets the
+    one line that says where the search starts ("from entry ..." and how it mapped onto the
+    space, or "from the space's start point, not ..." when the board's entry cannot be
+    used), before the search starts."""
     t0 = time.time()
     root = Path(opts.root or Path.cwd() / "searches").expanduser().absolute()
     given = opts.resume or opts.name
@@ -100,12 +114,16 @@ def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = N
 
     if opts.task is not None:
         get_task(opts.task)  # unknown task: one clear error before anything starts
-    start = values = None
+    start = values = unused = None
     if opts.from_entry:  # a new search only (SearchOptions says so): before Ray, before files
         from arithsweep.search import incumbent
 
         start, values = incumbent.entry_incumbent(opts.from_entry, opts.task, target,
                                                   find_entry, verifier)
+    elif find_smallest is not None and not opts.resume and not opts.fresh:
+        from arithsweep.search import incumbent
+
+        start, values, unused = incumbent.board_incumbent(opts.task, target, find_smallest)
     task = stored.get("task", opts.task or (start or {}).get("task"))
     name = given or f"{task}-{time.strftime('%Y%m%d-%H%M%S')}"
     sdir = root / name
@@ -119,8 +137,8 @@ def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = N
         from arithsweep.search.shrink import map_entry
 
         start = incumbent.start_item(start, map_entry(space, values, task), space.name)
-        if note is not None:
-            note(start["note"])
+    if note is not None and (start is not None or unused):
+        note(start["note"] if start is not None else unused)
     optuna_url = _abs_sqlite(sdir / "optuna.db")
     fresh = not opts.resume and not sdir.exists()
     sdir.mkdir(parents=True, exist_ok=True)
@@ -211,7 +229,7 @@ def _from_entry_record(start: dict | None) -> dict | None:
         return None
     keys = ("from_entry", "entry_id", "task", "format", "params", "exact_match", "checkpoint",
             "found_by", "seeds_reached", "seeds_trained", "point", "unmapped", "differs",
-            "note", "chain")
+            "note", "chain", "board")
     return {"ref" if k == "from_entry" else k: start.get(k) for k in keys}
 
 

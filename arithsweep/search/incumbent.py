@@ -13,7 +13,10 @@ A search may also start from the board (`arithsweep search --from-entry ID_OR_PA
 `entry_incumbent` turns a leaderboard entry (verified when it was recorded) or a checkpoint
 folder (verified here first, through the same verifier) into the search's first verified
 item, so the bound skips everything not smaller from the first proposal on, and the
-searcher descends from the entry's point (`shrink.map_entry`). Not run directly.
+searcher descends from the entry's point (`shrink.map_entry`). A new search without
+`--from-entry` or `--fresh` starts so from the board's smallest entry of its task at its
+target (`board_incumbent`), or from the space's start point when the board holds none or that
+entry cannot be used. Not run directly.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any
 
 from ray import tune
 
-from arithsweep.core.errors import ConfigError
+from arithsweep.core.errors import ArithsweepError, ConfigError
 from arithsweep.core.evaluation.stats import percent
 from arithsweep.core.model.checkpoint import add_meta
 from arithsweep.search import run_settings
@@ -107,17 +110,18 @@ class VerifyCallback(tune.Callback):
                 "seeds_trained": last.get("seeds_trained")})
 
 
-def entry_incumbent(ref: str, task: str | None, target: float, find_entry, verifier
-                    ) -> tuple[dict[str, Any], dict[str, Any]]:
+def entry_incumbent(ref: str, task: str | None, target: float, find_entry, verifier,
+                    what: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(verified item, the entry's `section.field` values) of a search started with
-    `--from-entry REF`; ConfigError (one line) when REF cannot be its incumbent.
+    `--from-entry REF`; ConfigError (one line, starting with `what`, by default
+    "--from-entry REF") when REF cannot be its incumbent.
 
     `find_entry(REF)` (the leaderboard's, given by the CLI; see driver.EntryFinder) gives a
     board entry, trusted as verified when it was recorded, or for a checkpoint folder only
     {"checkpoint", "chain"}: that one is verified here first through `verifier` (which
     records it on the board when it qualifies), so an unverified model never bounds a search.
     `task` None takes the entry's; another task than the entry's is an error."""
-    what = f"--from-entry {ref}"
+    what = what or f"--from-entry {ref}"
     if find_entry is None:
         raise ConfigError(f"{what}: this search was given no leaderboard to find entries in")
     found = dict(find_entry(ref))
@@ -138,7 +142,31 @@ def entry_incumbent(ref: str, task: str | None, target: float, find_entry, verif
             "entry_id": found["entry_id"], "checkpoint": found.get("checkpoint"),
             "from_entry": ref, "task": found["task"], "found_by": found.get("search_name"),
             **{k: found.get(k) for k in ("format", "seeds_reached", "seeds_trained", "chain")}}
-    return item, _entry_values(found)
+    return item, _entry_values(found, what)
+
+
+def board_incumbent(task: str, target: float, find_smallest
+                    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None, str | None]:
+    """(verified item, the entry's values, None) of a new search that starts where the board
+    stands: from `find_smallest(task, target)` (the leaderboard's, given by the CLI; see
+    driver.BoardFinder), the board's smallest entry of the task at the target, as
+    `--from-entry` would start from it; (None, None, None) when the board holds none; and
+    (None, None, the line that says why) when that entry cannot be the incumbent, so the
+    search starts from the space's start point instead of failing."""
+    try:
+        found = find_smallest(task, target)
+    except ArithsweepError as exc:
+        return None, None, f"the space's start point: the board was not read ({exc})"
+    if found is None:
+        return None, None, None
+    what = f"the board's smallest {task} entry {found.get('entry_id')}"
+    try:
+        item, values = entry_incumbent(str(found.get("entry_id")), task, target,
+                                       lambda _ref: found, None, what)
+    except ConfigError as exc:
+        why = str(exc).removeprefix(f"{what}: ")
+        return None, None, f"the space's start point, not {what} ({why})"
+    return {**item, "board": True}, values, None
 
 
 def _verify_folder(what: str, found: dict, task: str | None, target: float, verifier) -> dict:
@@ -168,7 +196,7 @@ def _verify_folder(what: str, found: dict, task: str | None, target: float, veri
             **{k: ck.meta.get(k) for k in ("seeds_reached", "seeds_trained")}}
 
 
-def _entry_values(found: dict[str, Any]) -> dict[str, Any]:
+def _entry_values(found: dict[str, Any], what: str = "--from-entry") -> dict[str, Any]:
     """The entry's model, train and format fields as flat `section.field` keys, defaults
     filled in (an entry published before a field existed had that field's default)."""
     from arithsweep.core.config import LEGACY_TRAIN_DEFAULTS, ModelConfig, TrainConfig
@@ -182,8 +210,8 @@ def _entry_values(found: dict[str, Any]) -> dict[str, Any]:
         train.pop("init_from", None)  # where its last round started: not a recipe choice
         fmt = vars(get_task(found["task"], found.get("format")).fmt)
     except (ConfigError, TypeError, ValueError) as exc:
-        raise ConfigError(f"--from-entry: entry {found.get('entry_id')}'s configs do not load "
-                          f"in this arithsweep: {exc}") from None
+        raise ConfigError(f"{what}: entry {found.get('entry_id')}'s configs do not load in "
+                          f"this arithsweep: {exc}") from None
     return {**{f"model.{k}": v for k, v in model.items()},
             **{f"train.{k}": v for k, v in train.items()},
             **{f"format.{k}": v for k, v in fmt.items()}}
@@ -192,16 +220,21 @@ def _entry_values(found: dict[str, Any]) -> dict[str, Any]:
 def start_item(item: dict[str, Any], mapping: dict[str, Any], space: str) -> dict[str, Any]:
     """The starting entry's verified item with its point in the space (what the searcher's
     first shrink moves start from, see searcher._descend) and the one line that says how it
-    mapped ("note")."""
+    mapped ("note"; for a search that started from the board's smallest entry by itself,
+    also how not to)."""
     found = f", found by search {item['found_by']}" if item.get("found_by") else ""
+    board = item.get("board")
     where = (f"its point in space {space} is the same {mapping['params']}-p model"
              if mapping["params"] == item["params"] and not mapping["differs"] else
              f"its nearest point in space {space} has {mapping['params'] or 'no valid'} p")
-    line = (f"from entry {item['entry_id']} ({item['task']}, {item['params']} p, verified "
-            f"{percent(item['exact_match'])}{found}): the incumbent from the start; {where}; "
+    line = ((f"from the board's smallest {item['task']} entry {item['entry_id']} (" if board
+             else f"from entry {item['entry_id']} ({item['task']}, ")
+            + f"{item['params']} p, verified {percent(item['exact_match'])}{found}): the "
+            f"incumbent from the start; {where}; "
             + (f"not mapped: {_few(mapping['unmapped'])}" if mapping["unmapped"] else
                "every searched key mapped")
-            + (f"; the space differs: {_few(mapping['differs'])}" if mapping["differs"] else ""))
+            + (f"; the space differs: {_few(mapping['differs'])}" if mapping["differs"] else "")
+            + ("; --fresh starts from the space's start point" if board else ""))
     return {**item, "point": mapping["point"], "unmapped": mapping["unmapped"],
             "differs": mapping["differs"], "note": line}
 

@@ -60,6 +60,10 @@ class SearchOptions:
     # --from-entry: a leaderboard entry id (or sha256 prefix) or a checkpoint folder, the
     # verified incumbent a new search starts from (run_search's find_entry looks it up)
     from_entry: str | None = None
+    # --fresh: start from the space's start point even where the board holds an entry of the
+    # task (without it a new search starts from the board's smallest, see run_search's
+    # find_smallest)
+    fresh: bool = False
 
     def __post_init__(self) -> None:
         def need(ok: bool, what: str) -> None:
@@ -70,6 +74,11 @@ class SearchOptions:
              "--task is required for a new search (or --resume NAME, or --from-entry)")
         need(not (self.from_entry and self.resume),
              "--from-entry starts a new search; a resumed one keeps the incumbent it had")
+        need(not (self.fresh and self.resume),
+             "--fresh starts a new search; a resumed one keeps the incumbent it had")
+        need(not (self.fresh and self.from_entry),
+             "--fresh starts from the space's start point and --from-entry from an entry: "
+             "give one")
         for f in ("target", "train_target"):
             v = getattr(self, f)
             need(v is None or (isinstance(v, (int, float)) and 0 < v <= 1),

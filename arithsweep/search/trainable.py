@@ -53,13 +53,14 @@ from ray import tune
 
 from arithsweep.core.errors import ConfigError
 from arithsweep.search import packs
+from arithsweep.search.options import SearchOptions
 from arithsweep.search.trial import CONST_KEY, build_trial, params_if_possible
 from arithsweep.search.trial_state import TrialState
 
-PATIENCE = 8  # evaluations without progress before a trial counts as stuck
-# ... or this share of the trial's schedule, if longer: a long schedule is long because its
+# --patience (SearchOptions.patience: evaluations without progress before a trial counts as
+# stuck), or this share of the trial's schedule, if longer: a long schedule is long because its
 # models grok late (MicroAdder's 44 p on add10: no progress in exact match or loss from step
-# 8K to 25.5K of 60K, then 45% by the end); on add3's 25K-40K schedules it is the 8 above
+# 8K to 25.5K of 60K, then 45% by the end); on add3's 25K-40K schedules it is --patience
 PATIENCE_SHARE = 0.1
 # A best seed at LEARNT exact match or more has learnt part of the task; while the lr is above
 # HIGH_LR of its peak such a seed oscillates (add10's 57 p: 0.2% <-> 59% from one evaluation
@@ -70,7 +71,6 @@ HIGH_LR = 0.5
 MIN_EM_GAIN = 0.002  # exact-match gain of the best seed that counts as progress
 MIN_LOSS_GAIN = 0.02  # relative fall of the best seed's loss that counts as progress
 MIN_DIGIT_GAIN = 0.005  # gain of the best seed's mean per-digit accuracy that counts
-NEAR_MISS = 0.25  # a first round within this of the target earns a second round
 
 
 class Plateau:
@@ -79,7 +79,7 @@ class Plateau:
     of steps while they learn one answer digit after another (grokking); the digits they get
     right show that progress long before a whole answer does."""
 
-    def __init__(self, patience: int = PATIENCE) -> None:
+    def __init__(self, patience: int = SearchOptions.patience) -> None:
         self.patience = patience
         self.best_em, self.best_loss, self.since = -1.0, math.inf, 0
         self.best_digits = -1.0
@@ -113,7 +113,7 @@ class Plateau:
 def patience_for(const: dict[str, Any], cfg: Any) -> int:
     """Evaluations without progress before a trial of schedule `cfg` stops: the search's
     `--patience`, or PATIENCE_SHARE of the schedule's evaluations when that is more."""
-    given = int(const.get("patience", PATIENCE) or PATIENCE)
+    given = int(const.get("patience") or SearchOptions.patience)
     share = math.ceil(PATIENCE_SHARE * cfg.steps / max(1, cfg.eval_every)) if cfg.steps else 0
     return max(given, share)
 
@@ -159,7 +159,8 @@ def run_trial(config: dict[str, Any]) -> None:
     import torch
 
     # One trial must not spread over the cores its neighbours were promised.
-    torch.set_num_threads(max(1, int(float(const.get("cpus_per_trial", 1) or 1))))
+    cpus = const.get("cpus_per_trial") or SearchOptions.cpus_per_trial
+    torch.set_num_threads(max(1, int(float(cpus))))
     _maybe_fail(config, const)
     try:
         setups = [build_trial(c) for c in packs.proposals_of(config)]
@@ -258,8 +259,9 @@ class _Trial:
             cfg = TrainConfig.from_dict(self.round_cfg)
             if cfg.init_from and self.ts.rounds_best.is_dir():  # its start, restored with it
                 cfg = replace(cfg, init_from=str(self.ts.rounds_best))
-        rounds = 1 + int(self.const.get("extra_rounds", 1) or 0)
-        near = float(self.const.get("near_miss", NEAR_MISS))
+        rounds = 1 + int(self.const.get("extra_rounds", SearchOptions.extra_rounds) or 0)
+        # a first round within this of the target earns another
+        near = float(self.const.get("near_miss", SearchOptions.near_miss))
         last, first = None, self.round
         best_round = None  # the round whose best member the finishers get
         finished: dict[str, Any] = {}

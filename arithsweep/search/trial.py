@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from arithsweep.core.errors import ConfigError
+from arithsweep.search.options import SearchOptions
 
 CONST_KEY = "arithsweep"  # param_space key holding the search's constants (task, target, …)
 # Every Optuna trial n trains seeds from its own block [seed + n*SEED_BLOCK, +SEED_BLOCK), so
 # no two trials share a seed however many seeds and rounds each one trains.
 SEED_BLOCK = 1 << 20
 TRIALS_PER_SEED = 1 << 16  # Optuna trials with seeds of their own per --seed (then they wrap)
-MAX_SEED = 1 << 26  # --seed below this keeps every training seed under 2^63
 SEED_SCHEME = 2  # written into a new search's constants: see seed_block
 # A replay of a proposal the search deadline cut (arithsweep.search.replay) trains the seed
 # block of the trial it replays, named by this config key, instead of its own
@@ -64,7 +64,7 @@ def seed_block(const: dict[str, Any], trial_number: int) -> int:
     training seed. Searches made before SEED_SCHEME 2 (no "seed_scheme" in their constants)
     keep their old blocks, seed + n*SEED_BLOCK, on resume: there --seed 0, 1 and 2 started
     from seeds 0-7, 1-8 and 2-9, so one lucky seed (5) decided all three add3 searches."""
-    seed, n = int(const.get("seed", 0)), int(trial_number)
+    seed, n = int(const.get("seed", SearchOptions.seed)), int(trial_number)
     if int(const.get("seed_scheme", 1)) < SEED_SCHEME:
         return seed + SEED_BLOCK * n
     return (seed * TRIALS_PER_SEED + n % TRIALS_PER_SEED) * SEED_BLOCK
@@ -113,7 +113,8 @@ def build_trial(config: dict[str, Any]) -> TrialSetup:
     if "seed" not in train:
         train["seed"] = seed_block(const, seeds_trial(config))
     train_cfg = TrainConfig.from_dict(train)
-    if train_cfg.seeds * (1 + int(const.get("extra_rounds", 0) or 0)) * 2 > SEED_BLOCK:
+    rounds = 1 + int(const.get("extra_rounds", SearchOptions.extra_rounds) or 0)
+    if train_cfg.seeds * rounds * 2 > SEED_BLOCK:
         raise ConfigError(f"train.seeds={train_cfg.seeds}: too many seeds for one trial")
     return TrialSetup(task, model_cfg, train_cfg, params)
 
