@@ -17,8 +17,10 @@ from pathlib import Path
 import typer
 
 from arithsweep.cli.common import DB_HELP, TASK_HELP, check_outputs, out, print_json, table
+from arithsweep.core.config import TrainConfig
 from arithsweep.core.errors import ArithsweepError
 from arithsweep.core.evaluation.stats import percent
+from arithsweep.search.options import GPU_PROPOSALS, SearchOptions
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -49,30 +51,30 @@ def _live_view():
 
 def search(
     task: str = typer.Option(None, "--task", "-t", help=TASK_HELP),
-    target: float = typer.Option(None, "--target", help="exact match a trial must reach (default 0.99)"),
-    space: str = typer.Option("", "--space", "-s", help="shipped space name (see `arithsweep spaces`) or a YAML path (default: sort for sort, quirke for sub/mix up to 3 digits, quirke6 from 4, mul for mul1-mul2, mul3 for mul3 and up, microadder for add3-add9, tbukic for add10, adderboard for add11 and up, else tiny)"),
-    trials: int = typer.Option(20, "--trials", "-n", help="trials in total (on --resume: the new total)"),
+    target: float = typer.Option(None, "--target", help=f"exact match a trial must reach (default {TrainConfig.target:g})"),
+    space: str = typer.Option(SearchOptions.space, "--space", "-s", help="shipped space name (see `arithsweep spaces`) or a YAML path (default: sort for sort, quirke for sub/mix up to 3 digits, quirke6 from 4, mul for mul1-mul2, mul3 for mul3 and up, microadder for add3-add9, tbukic for add10, adderboard for add11 and up, else tiny)"),
+    trials: int = typer.Option(SearchOptions.trials, "--trials", "-n", help="trials in total (on --resume: the new total)"),
     concurrency: int = typer.Option(None, "--concurrency", "-j", help="trials at once (default: as resources allow)"),
-    cpus_per_trial: float = typer.Option(1.0, "--cpus-per-trial", help="CPUs per trial (fractions allowed)"),
+    cpus_per_trial: float = typer.Option(SearchOptions.cpus_per_trial, "--cpus-per-trial", help="CPUs per trial (fractions allowed)"),
     gpus_per_trial: float = typer.Option(None, "--gpus-per-trial", help="GPUs per trial, e.g. 0.25 (default 1 if the cluster has GPUs)"),
-    proposals_per_trial: int = typer.Option(None, "--proposals-per-trial", help="Optuna proposals of one shape trained together per trial (default 1 on CPU; 16 when each trial gets a whole GPU)"),
+    proposals_per_trial: int = typer.Option(None, "--proposals-per-trial", help=f"Optuna proposals of one shape trained together per trial (default 1 on CPU; {GPU_PROPOSALS} when each trial gets a whole GPU)"),
     time_budget: str = typer.Option(None, "--time-budget", help="wall time for the whole search, e.g. 30m (default and 0: no limit)"),
     trial_time: str = typer.Option(None, "--trial-time", help="wall time per trial, e.g. 90s (default and 0: the space's)"),
-    trial_steps: int = typer.Option(None, "--trial-steps", help="training steps per trial (default: the space's)", show_default=False),
+    trial_steps: int = typer.Option(SearchOptions.trial_steps, "--trial-steps", help="training steps per trial (default: the space's)", show_default=False),
     address: str = typer.Option(None, "--address", help="join a Ray cluster (HOST:PORT or auto); default: a local instance"),
     name: str = typer.Option(None, "--name", help="search name (default <task>-<time>)"),
     resume: str = typer.Option(None, "--resume", help="continue the search with this name"),
     root: Path = typer.Option(None, "--root", help="where searches live (default ./searches)"),
     mlflow_uri: str = typer.Option(None, "--mlflow-uri", help="MLflow tracking URI (default sqlite:///<root>/mlflow.db)"),
     db: str = typer.Option(None, "--db", help=DB_HELP),
-    n_verify: int = typer.Option(3, "--verify", help="best feasible trials the deadline cut off to verify at the end"),
+    n_verify: int = typer.Option(SearchOptions.n_verify, "--verify", help="best feasible trials the deadline cut off to verify at the end"),
     max_params: int = typer.Option(None, "--max-params", help="never train a model with more unique parameters"),
-    frontier: bool = typer.Option(False, "--frontier", help="train every size (params/accuracy trade-off): the incumbent does not bound proposals"),
-    patience: int = typer.Option(8, "--patience", help="evaluations without progress before a trial stops"),
-    rounds: int = typer.Option(2, "--rounds", help="rounds per architecture: a near miss earns another, its best seed for twice the steps"),
-    seed: int = typer.Option(0, "--seed", help="sampler seed and base training seed"),
+    frontier: bool = typer.Option(SearchOptions.frontier, "--frontier", help="train every size (params/accuracy trade-off): the incumbent does not bound proposals"),
+    patience: int = typer.Option(SearchOptions.patience, "--patience", help="evaluations without progress before a trial stops"),
+    rounds: int = typer.Option(1 + SearchOptions.extra_rounds, "--rounds", help=f"rounds per architecture: a near miss (best within {SearchOptions.near_miss:g} of the target) earns another, its best seed for twice the steps"),
+    seed: int = typer.Option(SearchOptions.seed, "--seed", help="sampler seed and base training seed"),
     from_entry: str = typer.Option(None, "--from-entry", help="start from this leaderboard entry (id or sha256 prefix, local database then leaderboard/entries.json) or checkpoint folder (verified first) as the verified incumbent, descending from it; --task defaults to its task"),
-    fresh: bool = typer.Option(False, "--fresh", help="start from the space's start point; without it (and without --from-entry) a new search starts from the board's smallest entry of the task at the target, as --from-entry would"),
+    fresh: bool = typer.Option(SearchOptions.fresh, "--fresh", help="start from the space's start point; without it (and without --from-entry) a new search starts from the board's smallest entry of the task at the target, as --from-entry would"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Ray Tune + Optuna search for the fewest-parameter model reaching the target.
@@ -82,14 +84,12 @@ def search(
     (--fresh: from the space's start point). Trials that reach the target are verified at
     once; no proposal as large as the smallest verified model is trained after that."""
     check_outputs(dirs={"--root": root or "searches"}, urls={"--db": db, "--mlflow-uri": mlflow_uri})
-    from arithsweep.search.driver import SearchOptions
-
     opts = SearchOptions(
         task=task, target=target, space=space, trials=trials, concurrency=concurrency,
         cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial,
         proposals_per_trial=proposals_per_trial,
         time_budget=parse_duration(time_budget, "--time-budget"),
-        trial_time_budget=parse_duration(trial_time, "--trial-time"), trial_steps=trial_steps or 0,
+        trial_time_budget=parse_duration(trial_time, "--trial-time"), trial_steps=trial_steps,
         address=address, name=name, resume=resume,
         root=str(root.absolute()) if root else None, mlflow_uri=mlflow_uri,
         n_verify=n_verify, seed=seed, max_params=max_params, frontier=frontier,

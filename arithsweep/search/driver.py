@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from arithsweep import __version__
+from arithsweep.core.config import TrainConfig
 from arithsweep.core.errors import ArithsweepError, ConfigError
 from arithsweep.search import cluster
 from arithsweep.search.options import SearchOptions, SearchProgress, SearchSummary
@@ -107,7 +108,9 @@ def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = N
     root = Path(opts.root or Path.cwd() / "searches").expanduser().absolute()
     given = opts.resume or opts.name
     stored = _stored_options(root / given, opts) if given else {}
-    target = float(stored.get("target", opts.target if opts.target is not None else 0.99))
+    # a new search without --target aims where one training run stops (TrainConfig.target)
+    target = float(stored.get("target", opts.target if opts.target is not None
+                              else TrainConfig.target))
 
     from arithsweep.core.data.tasks import get_task
     from arithsweep.search.spaces import default_space, load_space

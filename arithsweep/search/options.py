@@ -13,13 +13,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from arithsweep.core.errors import ConfigError
-from arithsweep.search.trial import MAX_SEED
 
 
 @dataclass
 class SearchOptions:
     task: str | None = None  # required for a new search; taken from search.json on resume
-    target: float | None = None  # exact match to reach, in (0, 1]; default 0.99
+    target: float | None = None  # exact match to reach, in (0, 1]; None: TrainConfig.target
     space: str = ""  # shipped space name or path to a YAML file; "" = spaces.default_space(task)
     # total Tune trials, each up to proposals_per_trial proposals (on resume: the new total,
     # counting the earlier ones)
@@ -112,6 +111,9 @@ class SearchOptions:
              "give either --name (new search) or --resume (existing one), not both")
 
 
+# --seed below this keeps every training seed under 2^63 (trial.seed_block: TRIALS_PER_SEED
+# blocks of SEED_BLOCK seeds per --seed)
+MAX_SEED = 1 << 26
 # MLflow tracking stores by URI scheme (a driver may follow '+', as postgresql+psycopg2)
 MLFLOW_SCHEMES = ("file", "sqlite", "postgresql", "mysql", "mssql", "http", "https",
                   "databricks")
