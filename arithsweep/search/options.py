@@ -2,7 +2,9 @@
 
 `SearchOptions` is what `arithsweep search` (or a Python caller) asks for; `SearchProgress` is
 what the live view is told while it runs; `SearchSummary` is what `run_search` returns and
-writes to `summary.json`. Torch-free and Ray-free.
+writes to `summary.json`. Torch-free and Ray-free. Every default of the search is a field
+default here, read by the CLI and the trials alike (tests/test_defaults.py); what a running
+search knows beyond its settings is `run_settings.DriverState`.
 
     python -c "from arithsweep.search.options import SearchOptions; print(SearchOptions('add3'))"
 """

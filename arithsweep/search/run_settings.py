@@ -14,6 +14,10 @@ The two stoppers live here because all they do is read the registry:
 - `IncumbentStopper` ends a running trial as soon as a verified model at most its size exists:
   it can no longer win, so every further step it takes is wasted.
 
+The settings as asked for are `options.SearchOptions`; this module holds the running search's
+copy of the few that a resume may change, and its state. Its name stays: Tune pickles the two
+stoppers by module path, so moving them would break resuming the searches made before.
+
 Not run directly; `arithsweep.search.driver.run_search` registers a search here.
 """
 
