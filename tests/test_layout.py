@@ -182,3 +182,16 @@ def test_no_import_circles():
 
     for module in sorted(graph):
         visit(module, [])
+
+
+@pytest.mark.parametrize("init", sorted(PKG.rglob("__init__.py")),
+                         ids=lambda p: str(p.parent.relative_to(PKG.parent)))
+def test_package_docstrings_name_every_module(init):
+    """Each package's docstring names every module and subpackage in it, so that the map a
+    newcomer reads first is the house as it is (a module added without a line there fails)."""
+    doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+    here = [p.stem for p in init.parent.glob("*.py")
+            if p.name not in ("__init__.py", "__main__.py")]
+    here += [p.name for p in init.parent.iterdir() if (p / "__init__.py").is_file()]
+    missing = sorted(n for n in here if not re.search(rf"\b{re.escape(n)}\b", doc))
+    assert not missing, f"{init.relative_to(PKG.parent)}'s docstring does not name {missing}"

@@ -1,1 +1,24 @@
-"""search wing."""
+"""search wing: Ray Tune + Optuna look for the fewest-parameter model that reaches the target.
+
+Imports core only: the CLI hands the driver its verifier and entry finders, so the search never
+imports the leaderboard. By job:
+
+    the run       driver (run_search), options (SearchOptions: every default; progress,
+                  summary), run_settings (the running search's registry and its stoppers),
+                  cluster (starting or joining Ray), live (events for the live table)
+    the space     space_file (the YAML format), space_fields (what a space may set), spaces
+                  (where spaces meet Optuna; finding them)
+    proposing     searcher (Optuna proposes; only proposals that can still win train),
+                  shrink (the incumbent's one-step-smaller neighbours), verdicts (Optuna's
+                  side of a verdict)
+    a trial       trial (a sampled config to validated configs, a size, a seed block),
+                  trainable (the Tune trainable: rounds, stop rules, near misses), packs
+                  (several proposals of one shape in one Tune trial), trial_state (its
+                  checkpoints)
+    the verdict   incumbent (verify a trial on the driver once it reaches the target),
+                  replay (near misses the deadline cut, trained again first on --resume)
+    the record    results (what the trials did), tracking (MLflow, driver side), plots (the
+                  params / exact match picture), snapshots (Tune's snapshot kept whole)
+
+`arithsweep search --help`; docs/search-internals.md walks through a search.
+"""

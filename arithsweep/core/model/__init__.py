@@ -1,6 +1,11 @@
 """core.model: the population transformer and its files.
 
-layers (primitives: projections, attention, norms, positions), weights (owned and derived
-weights, the ties), model (ArithTransformer, count_params) and checkpoint (safetensors + JSON
-save and load). Imports the core basics and core.data.
+    layers       the primitives: projections, attention, norms, positions (CPU-tuned)
+    weights      owned and derived weights of the frontier options (the ties)
+    model        ArithTransformer (a pack of members of one shape), count_params
+    tiny_layout  a one-block model's training loss and gradients from one C kernel
+                 (tiny_kernel.c, compiled on first use)
+    checkpoint   safetensors weights + a JSON config, saved and loaded; never pickle
+
+Imports the core basics and core.data.
 """

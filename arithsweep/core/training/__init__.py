@@ -1,7 +1,15 @@
 """core.training: the packed trainer, K seeds (or many proposals) of one shape at once.
 
-Bottom-up, one way: recipe (Grokfast, the polish phases) <- train (results, schedule, data
-streams, loss, clipping) <- step (one optimiser step, CUDA-graph captured where it can be) <-
-population (the loop, per-member AdamW, stopping; `train` is a pack of one). Imports the core
-basics, core.data, core.model and core.evaluation.
+    recipe      the tiny-model recipe: decay drops, the Grokfast filter, the polish on the
+                model's own errors and L-BFGS
+    optim       the pack's AdamW, one lr and decay per member, and its lr table
+    train       TrainResult, the lr schedule, the data streams, the layout choice, loss and
+                clipping
+    step        one optimiser step of a pack, captured as a CUDA graph where it can be
+    resume      a run's whole state on disk, so that a killed run continues bit for bit
+    population  the loop: proposals of one shape in one pack, each stopping on its own
+                (`train` is a pack of one)
+    finish      the near-miss finishers after training: targeted fine-tuning, CMA-ES
+
+Imports the core basics, core.data, core.model and core.evaluation.
 """
