@@ -126,6 +126,16 @@ class ModelConfig(DictConfig):
     # std of every normally drawn weight (tables and projections) in place of the scaled
     # defaults (1/sqrt(fan_in), tables 1/sqrt(d)): tbukic's small-model recipe draws N(0, 0.02)
     init_std: float | None = None
+    # where the tie angles start (tie_k: rotated's k_angle, mlp_down: up_t_rot's down_angle);
+    # 0 = each tie starts as its plain form. tbukic's 36 p starts both at 0.1 in its own
+    # convention: its down = up^T R(theta) turns the hidden pair the other way round, so its
+    # 0.1 is down_angle_init -0.1 here (scripts/parity/diff_reference.py checks the mapping)
+    k_angle_init: float = 0.0
+    down_angle_init: float = 0.0
+    # epsilon of every RMSNorm / LayerNorm and QK-norm: 1e-5 (torch's LayerNorm; what every
+    # checkpoint so far was trained with) or e.g. tbukic's 1e-6 (Qwen3's); a value other than
+    # the tiny layout's own (layers._EPS) trains on the reference layout
+    norm_eps: float = 1e-5
     d_embed: int | None = None  # token part of the stream: its first d_embed dims; None = all
     split_positions: bool = False  # positions live only in the dims after d_embed (MicroAdder)
     v_from_tokens: bool = False  # V reads only the token part (the first d_embed dims)
@@ -192,6 +202,12 @@ class ModelConfig(DictConfig):
             need(isinstance(self.init_std, (int, float)) and not isinstance(self.init_std, bool)
                  and 0 < self.init_std < 10, "init_std", "must be a number in (0, 10) or null")
             self.init_std = float(self.init_std)
+        for f in ("k_angle_init", "down_angle_init", "norm_eps"):
+            v = getattr(self, f)
+            need(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                 and abs(v) < 10, f, "must be a finite number of magnitude below 10")
+            setattr(self, f, float(v))
+        need(0 < self.norm_eps <= 1e-2, "norm_eps", "must be in (0, 0.01]")
         if self.arc_init is not None:
             need(isinstance(self.arc_init, (list, tuple)) and len(self.arc_init) == 3
                  and all(isinstance(v, (int, float)) and not isinstance(v, bool)

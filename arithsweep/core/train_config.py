@@ -45,6 +45,10 @@ class TrainConfig(DictConfig):
     lr: float = 1e-2  # peak learning rate after warmup
     min_lr_ratio: float = 0.05  # cosine floor as a fraction of lr
     warmup: int = 50  # linear warmup steps
+    # 0: the first pass's cosine starts at the peak and reaches the floor one step after the
+    # last | 1: one step further along, as tbukic's loop (`for step in range(1, N + 1)`,
+    # progress step / N): its first step already below the peak, its last at the floor
+    cosine_from: int = 0
     weight_decay: float = 0.01  # AdamW decoupled decay, on the parameters weight_decay_scope says
     # matrices: projections and tables only (norm gains and biases are not pulled to 0) | all:
     # every parameter, the tie numbers and norm gains too (MicroAdder's and tbukic's AdamW)
@@ -91,6 +95,11 @@ class TrainConfig(DictConfig):
     # with "mixed": share of the rows that are not carry rows drawn uniform over values (the
     # rest: uniform operand lengths); MicroAdder draws them all over values (1.0)
     values_share: float = 0.5
+    # how rows drawn uniform over values ("values", and "mixed"'s values rows) read a
+    # curriculum's cap: cap (both operands uniform below 10^cap) | shared (tbukic's
+    # generate_batch: one length L uniform in 1..cap for both, each operand uniform below 10^L;
+    # at the task's full length, plain values). Hash sampler only
+    values_lengths: str = "cap"
     # Unequal stages, as the records train: [[until_step, max_digits], ...] in rising order, e.g.
     # MicroAdder's [[2000, 3], [7000, 6]] (1-3 digits to step 2K, 1-6 to 7K, then all); when
     # given it replaces curriculum_steps / curriculum_stages.
@@ -115,6 +124,9 @@ class TrainConfig(DictConfig):
     # components that generalise; alpha 0 = off (the 36-p AdderBoard record used 0.98 and 3)
     grokfast_alpha: float = 0.0
     grokfast_lambda: float = 0.0
+    # where the average starts: grad (the paper's gradfilter_ema: the first gradient itself) |
+    # zero (tbukic's sweep code: zeros, so its first steps are barely filtered)
+    grokfast_start: str = "grad"
     # Polish: after training, this many steps at constant lr polish_lr on batches half made of
     # the member's own errors, mined from polish_pool problems of the TRAINING split only
     # (never a held-out problem: those are verification's). 0 = off.
@@ -209,6 +221,11 @@ class TrainConfig(DictConfig):
              "must be a fraction in [0, 1]")
         need(0 <= self.grokfast_alpha < 1, "grokfast_alpha", "must be in [0, 1) (0 = off)")
         need(self.grokfast_lambda >= 0, "grokfast_lambda", "must be >= 0")
+        need(self.grokfast_start in ("grad", "zero"), "grokfast_start", "must be grad or zero")
+        need(self.cosine_from in (0, 1), "cosine_from", "must be 0 or 1")
+        need(self.values_lengths in ("cap", "shared"), "values_lengths", "must be cap or shared")
+        need(self.values_lengths == "cap" or self.sampler == "hash", "values_lengths",
+             "shared is drawn by sampler hash only")
         need(self.polish_lr > 0, "polish_lr", "must be > 0")
         need(self.lr > 0, "lr", "must be > 0")
         need(self.checkpoint_seconds > 0, "checkpoint_seconds", "must be > 0")

@@ -128,14 +128,18 @@ _OP_AT, _UNIFORM_AT, _VALUES_AT, _CARRY_AT, _BORROW_AT = 0, 10, 40, 60, 100
 
 
 def _mode_pair(m: int, w: _Words, cap: Tensor, op: Tensor, task: Task) -> tuple[Tensor, Tensor]:
-    """Operands (N,), (N,) of mode m (0 uniform, 1 values, 2 carry, 3 carry patterns) for every
-    row of w: a pure function of each row's key, cap and op, so any subset of rows gives the
-    same rows."""
+    """Operands (N,), (N,) of mode m (0 uniform, 1 values, 2 carry, 3 carry patterns, 4 values
+    of one length shared by both operands) for every row of w: a pure function of each row's
+    key, cap and op, so any subset of rows gives the same rows."""
     n, pat = task.n_digits, m == 3
-    if m == 1:
+    if m in (1, 4):
         hi = _pow10(cap)
         w.at(_VALUES_AT)
-        return w.number(n) % hi, w.number(n) % hi
+        a, b = w.number(n) % hi, w.number(n) % hi
+        if m == 4:  # tbukic's generate_batch: under a curriculum, one length for both operands
+            length = torch.where(cap < n, 1 + w.below(cap), cap)
+            a, b = a % _pow10(length), b % _pow10(length)
+        return a, b
     if task.op == "add" and m != 0:  # every row takes the carry pair: no uniform pair needed
         return _carry_pair(w.at(_CARRY_AT), cap, n, pat)
     a, b = _uniform(w.at(_UNIFORM_AT), cap, n)[1], _uniform(w, cap, n)[1]
@@ -182,7 +186,7 @@ def draw(key: Tensor, mode: Tensor, cap: Tensor, task: Task, used: frozenset[int
     return a, b, op
 
 
-_MODE = {"uniform": 0, "values": 1, "carry": 2, "carry_patterns": 3}
+_MODE = {"uniform": 0, "values": 1, "carry": 2, "carry_patterns": 3, "values_shared": 4}
 _POOL_AT, _RANK_AT = 150, 160  # word indices of the fallback pick and the mode shuffle
 PIECE_ROWS = 1 << 16  # candidates hashed per vectorised call: bounds memory, not the result
 
@@ -207,7 +211,8 @@ class HashSampler:
         """POOL train-side problems of one (cap, mode), drawn once by rejection sampling."""
         if (cap, mode) not in self._pools:
             gen = torch.Generator().manual_seed(_POOL_SEED + 3 * cap + mode)
-            name = [k for k, v in _MODE.items() if v == mode][0]
+            # values_shared's rare fallback draws plain values (Task.sample has no such mode)
+            name = [k for k, v in _MODE.items() if v == mode][0].replace("_shared", "")
             a, b, op = self.task.sample(POOL, gen, name, cap, split="train")
             # the proof that no row is held out rests on this, so check rather than trust
             if bool(self.task._held(a, b, op).any()):
@@ -245,12 +250,13 @@ class HashSampler:
         B, dev = self.cfg.batch_size, self.device
         S, K = key0.shape[:2]
         cm = _MODE[carry_mode(self.cfg)]  # 2, or 3 with MicroAdder's carry patterns
+        vm = 4 if self.cfg.values_lengths == "shared" else 1  # TrainConfig.values_lengths
         used = frozenset(m for p in plans
-                         for m, c in ((cm, p[1]), (1, p[2]), (0, B - p[1] - p[2])) if c)
+                         for m, c in ((cm, p[1]), (vm, p[2]), (0, B - p[1] - p[2])) if c)
         n_carry = torch.tensor([p[1] for p in plans], device=dev)[:, None, None]  # (S, 1, 1)
         n_values = torch.tensor([p[2] for p in plans], device=dev)[:, None, None]
         if all(c in (0, B) for p in plans for c in p[1:]):  # one mode per batch: no shuffle
-            mode = torch.where(n_carry > 0, cm, torch.where(n_values > 0, 1, 0))
+            mode = torch.where(n_carry > 0, cm, torch.where(n_values > 0, vm, 0))
             return mode.expand(S, K, B), used
         # exact counts per batch at hashed positions: the rows of the n_carry smallest u are
         # carry rows, the next n_values values rows. u is distinct within a batch, so a row's
@@ -262,7 +268,7 @@ class HashSampler:
         def first(n: Tensor) -> Tensor:  # (S, K, B) bool: among the batch's n smallest u
             return u < srt.gather(-1, n.expand(S, K, 1))
 
-        mode = torch.where(first(n_carry), cm, torch.where(first(n_carry + n_values), 1, 0))
+        mode = torch.where(first(n_carry), cm, torch.where(first(n_carry + n_values), vm, 0))
         return mode, used
 
     def _piece(self, seeds: list[int], steps: list[int]) -> tuple[Tensor, Tensor, Tensor]:

@@ -118,6 +118,8 @@ def _project(x: Tensor, wt: Tensor, b: Tensor | None) -> Tensor:
 
 
 class _Norm(nn.Module):
+    eps = _EPS  # ModelConfig.norm_eps, set per model by weights.make_norm
+
     def __init__(self, k: int, d: int, kind: str, bias: bool) -> None:
         super().__init__()
         self.kind = kind
@@ -132,7 +134,7 @@ class _Norm(nn.Module):
         over the d x N activations. Normalising over dim 1 (d rows of N) vectorises along N."""
         if self.kind == "layer":
             x = x - x.mean(1, keepdim=True)
-        y = x * torch.rsqrt(x.square().mean(1, keepdim=True) + _EPS)  # (K, d, N)
+        y = x * torch.rsqrt(x.square().mean(1, keepdim=True) + self.eps)  # (K, d, N)
         if self.bias is not None:
             shift = torch.bmm(wt, self.bias.unsqueeze(2)).squeeze(2)  # (K, d_out)
             b = shift if b is None else b + shift
@@ -171,11 +173,11 @@ def blend(h: Tensor, y: Tensor, m: Tensor, B: int) -> Tensor:
     return h + m.view(K, 1, 1) * (y - h)
 
 
-def qk_normed(x: Tensor, w: Tensor, k: int) -> Tensor:
+def qk_normed(x: Tensor, w: Tensor, k: int, eps: float = _EPS) -> Tensor:
     """QK-norm (Qwen3): RMSNorm of each query/key head over its width, before RoPE.
     x (K*B*H, w, T), weight w (K, w) -> the same shape."""
     qk, T = x.shape[1], x.shape[2]
-    y = x * torch.rsqrt(x.square().mean(1, keepdim=True) + _EPS)
+    y = x * torch.rsqrt(x.square().mean(1, keepdim=True) + eps)
     return (y.view(k, -1, qk, T) * w.view(k, 1, qk, 1)).view_as(x)
 
 

@@ -275,7 +275,7 @@ class ArithTransformer(nn.Module):
         v = k if cfg.tie_kv else heads(parts[2], vh, Hkv)
         if cfg.qk_norm != "none":
             wqn, wkn = (a.q_norm, a.k_norm) if cfg.qk_norm == "head" else (a.qk_norm,) * 2
-            q, k = qk_normed(q, wqn, K), qk_normed(k, wkn, K)
+            q, k = (qk_normed(t, w, K, cfg.norm_eps) for t, w in ((q, wqn), (k, wkn)))
         if cfg.pos in ("rope", "abacus_rope"):
             cos, sin = place or (self.rope_cos, self.rope_sin)  # per sequence, or by position
             q, k = (rope(t, cos, sin, cfg.rope_pairs == "interleaved") for t in (q, k))

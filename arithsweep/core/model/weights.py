@@ -52,7 +52,9 @@ class _PatternQKNorm(nn.Module):
 def make_norm(cfg: ModelConfig, k: int) -> _Norm:
     """One norm site's owned gain (d numbers, or one with norm_weight: scalar) and bias."""
     cls = _ScalarNorm if cfg.norm_weight == "scalar" else _Norm
-    return cls(k, cfg.d_model, cfg.norm, cfg.norm_bias)
+    norm = cls(k, cfg.d_model, cfg.norm, cfg.norm_bias)
+    norm.eps = cfg.norm_eps
+    return norm
 
 
 def make_attn_params(cfg: ModelConfig, k: int) -> nn.Module:
@@ -257,7 +259,8 @@ def init_special(name: str, p: Tensor, i: int, gen: torch.Generator | None,
                  cfg: ModelConfig) -> bool:
     """Initialise member i of a parameter with a rule of its own; False for an ordinary one.
 
-    Angles start at 0 and scales at 1 (each tie starts as its plain form: K = Q, gate = up),
+    Angles start at 0 (or k/down_angle_init) and scales at 1 (each tie starts as its plain
+    form: K = Q, gate = up),
     the loop mix at 0 (a looped model starts as its single pass);
     the arc puts the ten digits evenly round a unit circle (a clock, the natural picture of
     digits mod 10) from a random start, with a little noise on the stride, unless
@@ -266,7 +269,9 @@ def init_special(name: str, p: Tensor, i: int, gen: torch.Generator | None,
     A uniform in [-1, 1]), so the attention adds nothing until it has learnt what to add."""
     parts = name.split(".")
     last = parts[-1]
-    if last.endswith("angle") or parts[0] == "loop":
+    if last in ("k_angle", "down_angle"):  # 0 unless the config names a start
+        p[i].fill_(cfg.k_angle_init if last == "k_angle" else cfg.down_angle_init)
+    elif last.endswith("angle") or parts[0] == "loop":
         p[i].zero_()
     elif last.endswith("scale"):
         p[i].fill_(1.0)

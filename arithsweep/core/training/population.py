@@ -207,8 +207,8 @@ class _PackRun:
         self.loss_sum = torch.zeros(K, dtype=torch.float64, device=device)
         self.loss_n = 0
         self.main, self.total = c0.main_steps, c0.main_steps + c0.polish_steps
-        self.grokfast = GrokfastEMA(params, c0.grokfast_alpha, c0.grokfast_lambda) \
-            if c0.grokfast_alpha else None
+        self.grokfast = GrokfastEMA(params, c0.grokfast_alpha, c0.grokfast_lambda,
+                                    c0.grokfast_start) if c0.grokfast_alpha else None
         self.filtered = grokfast_on(c0, 0)
         self.step, self.elapsed0, self.outside, self.finished = 0, 0.0, 0.0, False
         if resuming:

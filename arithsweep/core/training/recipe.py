@@ -77,16 +77,19 @@ class GrokfastEMA:
     The EMA lives in buffers shaped like the parameters, so the K members of a pack keep
     separate filters (every weight has a leading K dimension)."""
 
-    def __init__(self, params: list[torch.nn.Parameter], alpha: float, lam: float) -> None:
-        self.params, self.alpha, self.lam = params, alpha, lam
+    def __init__(self, params: list[torch.nn.Parameter], alpha: float, lam: float,
+                 start: str = "grad") -> None:
+        self.params, self.alpha, self.lam, self.start = params, alpha, lam, start
         self.ema: list[torch.Tensor] | None = None
 
     @torch.no_grad()
     def apply(self) -> None:
         grads = [p.grad for p in self.params if p.grad is not None]
-        if self.ema is None:
+        if self.ema is None and self.start == "grad":  # the paper's gradfilter_ema
             self.ema = [g.detach().clone() for g in grads]
-        else:
+        else:  # "zero": the first step's average is (1 - alpha) g (TrainConfig.grokfast_start)
+            if self.ema is None:
+                self.ema = [torch.zeros_like(g) for g in grads]
             torch._foreach_mul_(self.ema, self.alpha)
             torch._foreach_add_(self.ema, grads, alpha=1 - self.alpha)
         torch._foreach_add_(grads, self.ema, alpha=self.lam)

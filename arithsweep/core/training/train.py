@@ -34,6 +34,7 @@ from arithsweep.core.data.mix import carry_mode, carry_share, curriculum_cap, va
 from arithsweep.core.data.tasks import Task
 from arithsweep.core.errors import ConfigError
 from arithsweep.core.model.checkpoint import keep_start, save_checkpoint
+from arithsweep.core.model.layers import _EPS
 from arithsweep.core.model.model import ArithTransformer, ModelConfig, count_params
 from arithsweep.core.model.tiny_layout import unsupported
 from arithsweep.core.training.recipe import mine_errors
@@ -66,11 +67,12 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
         start += ph["steps"]
     if step >= cfg.steps and cfg.restart_steps:
         s, n, warm = step - cfg.steps, cfg.restart_steps, min(cfg.warmup, cfg.restart_steps // 10)
+        ahead = 0
     else:
-        s, n, warm = step, cfg.steps, cfg.warmup
+        s, n, warm, ahead = step, cfg.steps, cfg.warmup, cfg.cosine_from
     if s < warm:
         return cfg.lr * (s + 1) / warm
-    t = min(1.0, (s - warm) / max(1, n - warm))
+    t = min(1.0, (s - warm + ahead) / max(1, n - warm))
     return floor + 0.5 * (cfg.lr - floor) * (1 + math.cos(math.pi * t))
 
 
@@ -310,6 +312,8 @@ def choose_layout(model_cfg: ModelConfig, cfg: TrainConfig, device: torch.device
     if cfg.layout == "reference":
         return "reference", "asked for"
     why = unsupported(model_cfg, device)
+    if why is None and model_cfg.norm_eps != _EPS:  # the kernel's epsilon is a constant
+        why = f"norm_eps {model_cfg.norm_eps:g} (the tiny kernel's is {_EPS:g})"
     if cfg.layout == "tiny":
         if why is not None:
             raise ConfigError(f"train config: layout='tiny': {why}")
