@@ -10,10 +10,11 @@ their functions), so the dependency runs one way.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,22 @@ def table(title: str, columns: Iterable[str], right: bool | Collection[str] = ()
     for c in columns:
         tab.add_column(c, justify="right" if right is True or (right and c in right) else "left")
     return tab
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Inside, whatever is written to stdout, by Python or by a library's native code or
+    threads (Ray's "(raylet) A worker died or was killed ..." when a trial's process dies),
+    goes to stderr: a `--json` command's stdout then holds its JSON object alone."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def print_json(obj: Any) -> None:

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shlex
 import sys
@@ -16,7 +17,15 @@ from pathlib import Path
 
 import typer
 
-from arithsweep.cli.common import DB_HELP, TASK_HELP, check_outputs, out, print_json, table
+from arithsweep.cli.common import (
+    DB_HELP,
+    TASK_HELP,
+    check_outputs,
+    out,
+    print_json,
+    stdout_to_stderr,
+    table,
+)
 from arithsweep.core.config import TrainConfig
 from arithsweep.core.errors import ArithsweepError
 from arithsweep.core.evaluation.stats import percent
@@ -74,6 +83,7 @@ def search(
     rounds: int = typer.Option(1 + SearchOptions.extra_rounds, "--rounds", help=f"rounds per architecture: a near miss (best within {SearchOptions.near_miss:g} of the target) earns another, its best seed for twice the steps"),
     seed: int = typer.Option(SearchOptions.seed, "--seed", help="sampler seed and base training seed"),
     from_entry: str = typer.Option(None, "--from-entry", help="start from this leaderboard entry (id or sha256 prefix, local database then leaderboard/entries.json) or checkpoint folder (verified first) as the verified incumbent, descending from it; --task defaults to its task"),
+    max_failures: int = typer.Option(SearchOptions.max_failures, "--max-failures", help="restarts of a trial whose process dies (out of memory, a lost node), each from its last saved state; then it ends errored and the search goes on"),
     fresh: bool = typer.Option(SearchOptions.fresh, "--fresh", help="start from the space's start point; without it (and without --from-entry) a new search starts from the board's smallest entry of the task at the target, as --from-entry would"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -94,6 +104,7 @@ def search(
         root=str(root.absolute()) if root else None, mlflow_uri=mlflow_uri,
         n_verify=n_verify, seed=seed, max_params=max_params, frontier=frontier,
         patience=patience, extra_rounds=max(0, rounds - 1), from_entry=from_entry, fresh=fresh,
+        max_failures=max_failures,
         command=shlex.join(["arithsweep", *sys.argv[1:]]),
     )
     from arithsweep.leaderboard.entry_lookup import entry_finder, smallest_finder
@@ -104,10 +115,12 @@ def search(
     if live is not None:
         live.start()
     try:
-        summary = run_search(opts, on_update=on_update, verifier=make_verifier(db),
-                             find_entry=entry_finder(db, root or "searches"),
-                             find_smallest=smallest_finder(db, root or "searches"),
-                             note=lambda line: print(f"starting {line}", file=sys.stderr))
+        # --json: stdout carries the JSON object alone, whatever Ray prints while it runs
+        with stdout_to_stderr() if as_json else contextlib.nullcontext():
+            summary = run_search(opts, on_update=on_update, verifier=make_verifier(db),
+                                 find_entry=entry_finder(db, root or "searches"),
+                                 find_smallest=smallest_finder(db, root or "searches"),
+                                 note=lambda line: print(f"starting {line}", file=sys.stderr))
     finally:
         if live is not None:
             live.stop()

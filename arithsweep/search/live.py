@@ -10,6 +10,8 @@ id as `trial_id` and the Tune trial as `tune_trial_id`. Not run directly.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 from ray import tune
@@ -83,5 +85,40 @@ class LiveCallback(tune.Callback):
         reason = s.stop_reasons.get(trial.trial_id) if s is not None else None
         self._each("complete", "done", trial, **({"stop_reason": reason} if reason else {}))
 
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        # its process died (out of memory, a lost node) and Tune restarts it from its last
+        # state: the table shows it restarting, then continuing from that state's step
+        n, why = int(getattr(trial, "num_failures", 0) or 0), died_because(trial)
+        self._each("restart", "restarting", trial, error=why, restarts=n)
+        print(f"trial {trial.trial_id}: {why}; restarting it from its last state "
+              f"(restart {n} of {_max_failures(trial)})", file=sys.stderr, flush=True)
+
     def on_trial_error(self, iteration, trials, trial, **info):
         self._each("error", "error", trial, error=error_line(trial))
+        n = int(getattr(trial, "num_failures", 0) or 0)
+        if n > 1 or _max_failures(trial):  # a crash of our own code shows in its table row
+            print(f"trial {trial.trial_id} ended errored after {n - 1} restart"
+                  f"{'' if n == 2 else 's'}: {died_because(trial)}", file=sys.stderr,
+                  flush=True)
+
+
+def died_because(trial) -> str:
+    """Why a trial's process ended, in words: the kill by Ray's memory monitor or of the
+    worker process (the OOM killer, a lost node) named as such, else the error's line."""
+    try:  # the whole error: its last line is Ray's advice, not the cause
+        text = Path(trial.error_file).read_text() if trial.error_file else ""
+    except OSError:
+        text = ""
+    if "OutOfMemoryError" in text or "memory monitor" in text:
+        return "its worker was killed for memory (Ray's memory monitor)"
+    if any(k in text for k in ("ActorDiedError", "WorkerCrashedError", "ActorUnavailable",
+                               "NodeDiedError", "died unexpectedly")):
+        return "its worker process died (killed, out of memory, or its node lost)"
+    return error_line(trial)
+
+
+def _max_failures(trial) -> int:
+    """The restarts a trial is allowed (FailureConfig.max_failures)."""
+    return int(getattr(getattr(trial, "run_metadata", None), "max_failures", None)
+               or getattr(trial, "max_failures", 0) or 0)
+

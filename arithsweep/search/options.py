@@ -50,7 +50,10 @@ class SearchOptions:
     patience: int = 8  # evaluations without progress on its own curve before a trial stops
     extra_rounds: int = 1  # rounds a near miss earns (each: its best seed, twice the steps)
     near_miss: float = 0.25  # a round within this of the target is a near miss
-    max_failures: int = 0  # retries of a crashed trial (0: record it failed and go on)
+    # --max-failures: restarts of a trial whose process died (the OOM killer, Ray's memory
+    # monitor, a preempted node, a crash), each from its last saved state in the same run;
+    # past them it ends errored and the search goes on (0: no restart)
+    max_failures: int = 3
     # --proposals-per-trial: Optuna proposals of one shape trained together as one population
     # in each Tune trial (see arithsweep.search.packs). None: 1 on CPU (one proposal per
     # trial, as without packs); on a GPU machine with --gpus-per-trial not given, one trial

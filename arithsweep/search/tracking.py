@@ -146,6 +146,17 @@ class MlflowTrialCallback(tune.Callback):
             if metrics or tags:
                 self.client.log_batch(self._run_for(trial, j), metrics=metrics, tags=tags)
 
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        # the run goes on (Tune restarts the trial from its last state); it says how often
+        self._safe("restart", self._restarted, trial)
+
+    def _restarted(self, trial) -> None:
+        n = str(int(getattr(trial, "num_failures", 0) or 0))
+        for j in self._proposals(trial):
+            run_id = self._run_for(trial, j)
+            self.client.set_tag(run_id, "arithsweep.restarts", n)
+            self.client.set_tag(run_id, "arithsweep.restart_error", error_line(trial))
+
     def on_trial_complete(self, iteration, trials, trial, **info):
         self._safe("finish", self._finish, trial, "FINISHED")
 
