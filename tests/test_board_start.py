@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_cli import run  # tests/ is on sys.path (pytest's rootdir import mode)
+from helpers import run  # tests/ is on sys.path (rootdir import mode)
 from test_from_entry import BY_HAND, FOUND, SPACE, _db, published_board
 from test_report import make_report
 

@@ -6,49 +6,19 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from helpers import ROOT, no_heavy_imports, run  # tests/ is on sys.path (rootdir import mode)
 
-from arithsweep.cli.app import main
-
-ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = ["train", "ask", "params", "bench", "verify", "leaderboard", "show", "export",
             "search", "spaces", "ui"]
 
 
-def run(capsys, *args) -> tuple[int, str, str]:
-    old = sys.argv
-    sys.argv = ["arithsweep", *map(str, args)]
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    finally:
-        sys.argv = old
-    o, e = capsys.readouterr()
-    return code, o, e
-
-
-def _no_heavy_imports(argv: list[str], env: dict) -> None:
-    code = ("import sys; sys.argv = " + repr(["arithsweep", *argv]) + "\n"
-            "from arithsweep.cli.app import main\n"
-            "try:\n    main()\nexcept SystemExit:\n    pass\n"
-            "heavy = {'torch', 'ray', 'mlflow'} & set(sys.modules)\n"
-            "assert not heavy, heavy\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       cwd=ROOT, timeout=120)
-    assert r.returncode == 0, r.stderr
-
-
 def test_help_and_leaderboard_do_not_import_torch_ray_or_mlflow(tmp_path):
     env = {**os.environ, "ARITHSWEEP_DB": str(tmp_path / "lb.db")}
-    _no_heavy_imports(["--help"], env)
-    _no_heavy_imports(["leaderboard"], env)
-    _no_heavy_imports(["leaderboard", "--json"], env)
+    no_heavy_imports(["--help"], env)
+    no_heavy_imports(["leaderboard"], env)
+    no_heavy_imports(["leaderboard", "--json"], env)
 
 
 @pytest.mark.parametrize("cmd", COMMANDS)

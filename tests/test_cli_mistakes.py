@@ -8,32 +8,21 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import one_error_line, run_cli  # tests/ is on sys.path (rootdir import mode)
 
 ENTRY = str(Path(__file__).parent.parent / "leaderboard" / "checkpoints" / "add2-216-52b633c5")
-
-
-def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "arithsweep", *args], capture_output=True,
-                          text=True, timeout=180)
-
-
-def one_error_line(out: subprocess.CompletedProcess, *words: str) -> None:
-    lines = out.stderr.strip().splitlines()
-    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
-    assert len(lines) == 1 and lines[0].startswith("error:"), out.stderr
-    assert all(w in lines[0] for w in words), lines[0]
 
 
 def test_ask_file_that_is_not_utf8_or_not_a_file(tmp_path):
     bad = tmp_path / "problems.txt"
     bad.write_bytes(b"\xff\xfe1+2\n")
-    one_error_line(run("ask", ENTRY, "--file", str(bad)), "not UTF-8")
-    one_error_line(run("ask", ENTRY, "--file", str(tmp_path)), "no such file")
+    one_error_line(run_cli("ask", ENTRY, "--file", str(bad)), "not UTF-8")
+    one_error_line(run_cli("ask", ENTRY, "--file", str(tmp_path)), "no such file")
 
 
 @pytest.mark.parametrize("width", ["100000", "1000000"])
 def test_params_of_a_huge_model_counts_without_allocating(width):
-    out = run("params", "--task", "add3", "--d-model", width, "--heads", "1", "--json")
+    out = run_cli("params", "--task", "add3", "--d-model", width, "--heads", "1", "--json")
     assert out.returncode == 0, out.stderr[-500:]
     assert '"params"' in out.stdout
 
@@ -43,19 +32,19 @@ def test_unwritable_outputs_are_one_line(tmp_path):
     export's markdown into a folder, and a `<name>_weights` folder blocked by a file."""
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
-    one_error_line(run("inspect", ENTRY, "12+34", "--png", str(blocker / "x.png")), "a-file")
+    one_error_line(run_cli("inspect", ENTRY, "12+34", "--png", str(blocker / "x.png")), "a-file")
     db = tmp_path / "lb.db"
-    assert run("verify", ENTRY, "--record", "--db", str(db)).returncode == 0
-    one_error_line(run("export", "--markdown", str(tmp_path), "--db", str(db)))
+    assert run_cli("verify", ENTRY, "--record", "--db", str(db)).returncode == 0
+    one_error_line(run_cli("export", "--markdown", str(tmp_path), "--db", str(db)))
     sha8 = ENTRY[-8:]  # a published entry keeps its number; its weights' prefix names it too
-    one_error_line(run("export", sha8, "--adderboard", str(tmp_path / "add2.py"), "--db",
+    one_error_line(run_cli("export", sha8, "--adderboard", str(tmp_path / "add2.py"), "--db",
                        str(db)), "add10")
     board = tmp_path / "board"
     (board / "checkpoints").mkdir(parents=True)
-    one_error_line(run("export", "--markdown", str(board / "LEADERBOARD.md"), "--db", str(db)),
+    one_error_line(run_cli("export", "--markdown", str(board / "LEADERBOARD.md"), "--db", str(db)),
                    "publish")
     md = tmp_path / "one.md"
-    out = run("export", sha8, "--markdown", str(md), "--db", str(db))
+    out = run_cli("export", sha8, "--markdown", str(md), "--db", str(db))
     assert out.returncode == 0 and "add2" in md.read_text()
 
 
@@ -77,37 +66,38 @@ def test_the_published_add10_adders_pass_adderboards_protocol(tmp_path, ck):
 
 def test_leaderboard_task_filter_is_validated_and_an_empty_match_says_so(tmp_path):
     db = tmp_path / "lb.db"
-    assert run("verify", ENTRY, "--record", "--db", str(db)).returncode == 0
-    one_error_line(run("leaderboard", "--task", "add0", "--db", str(db)), "unknown task 'add0'")
-    out = run("leaderboard", "--task", "ADD2", "--db", str(db), "--json")
+    assert run_cli("verify", ENTRY, "--record", "--db", str(db)).returncode == 0
+    one_error_line(run_cli("leaderboard", "--task", "add0", "--db", str(db)), "unknown task 'add0'")
+    out = run_cli("leaderboard", "--task", "ADD2", "--db", str(db), "--json")
     assert out.returncode == 0 and '"add2"' in out.stdout  # names are case-insensitive
-    out = run("leaderboard", "--task", "mul2", "--db", str(db))
+    out = run_cli("leaderboard", "--task", "mul2", "--db", str(db))
     said = " ".join(out.stderr.split())  # Rich wraps stderr at 80 columns
     assert out.returncode == 0 and "match task mul2 (1 entries in all)" in said
 
 
 def test_ood_defaults_fit_a_learned_position_model_and_loops_need_a_looped_one():
-    out = run("ood", ENTRY, "--json")
+    out = run_cli("ood", ENTRY, "--json")
     assert out.returncode == 0, out.stderr
     assert "hold 2-digit operands" in " ".join(out.stderr.split())
-    one_error_line(run("ood", ENTRY, "--loops", "2"), "does not loop")
+    one_error_line(run_cli("ood", ENTRY, "--loops", "2"), "does not loop")
 
 
 def test_a_missing_database_driver_names_the_package_to_install():
-    one_error_line(run("leaderboard", "--db", "mysql://u:p@localhost/x"), "pip install mysqlclient")
+    one_error_line(run_cli("leaderboard", "--db", "mysql://u:p@localhost/x"),
+                   "pip install mysqlclient")
 
 
 def test_publish_to_an_absolute_dir_writes_no_absolute_paths(tmp_path):
     db = tmp_path / "lb.db"
-    assert run("verify", ENTRY, "--record", "--db", str(db)).returncode == 0
+    assert run_cli("verify", ENTRY, "--record", "--db", str(db)).returncode == 0
     dest = tmp_path / "site" / "board"
-    assert run("publish", "--dir", str(dest), "--db", str(db)).returncode == 0
+    assert run_cli("publish", "--dir", str(dest), "--db", str(db)).returncode == 0
     text = (dest / "LEADERBOARD.md").read_text()
     assert str(tmp_path) not in text and "arithsweep verify board/checkpoints/add2-216" in text
 
 
 def test_bench_on_an_unknown_device_is_one_line():
-    one_error_line(run("bench", "--device", "tpu"), "--device", "tpu")
+    one_error_line(run_cli("bench", "--device", "tpu"), "--device", "tpu")
 
 
 @pytest.mark.parametrize("address,words", [("127.0.0.1:1", ("nothing answers",)),
@@ -115,7 +105,7 @@ def test_bench_on_an_unknown_device_is_one_line():
 def test_search_at_an_address_where_no_ray_listens_is_one_line(tmp_path, address, words):
     """Ray alone retries a refused local port for minutes and logs a line a second."""
     # --fresh: the published board's add2 entry would be named in a line of its own first
-    one_error_line(run("search", "--task", "add2", "--address", address, "--trials", "1",
+    one_error_line(run_cli("search", "--task", "add2", "--address", address, "--trials", "1",
                        "--root", str(tmp_path), "--name", "s", "--fresh"), *words)
     # nothing ran, so the name is still free for the corrected command
     assert not (tmp_path / "s").exists()
@@ -123,11 +113,11 @@ def test_search_at_an_address_where_no_ray_listens_is_one_line(tmp_path, address
 
 def test_ood_png_without_the_png_suffix_is_refused(tmp_path):
     """matplotlib would write DIR.png while the command reported DIR."""
-    one_error_line(run("ood", ENTRY, "--png", str(tmp_path / "heat")), ".png")
+    one_error_line(run_cli("ood", ENTRY, "--png", str(tmp_path / "heat")), ".png")
 
 
 def test_a_warning_is_one_line(tmp_path):
-    out = run("train", "--task", "sort3", "--steps", "2", "--seeds", "1", "-o",
+    out = run_cli("train", "--task", "sort3", "--steps", "2", "--seeds", "1", "-o",
               str(tmp_path / "run"), "--set", "eval_size=64", "--json")
     assert out.returncode == 0, out.stderr[-800:]
     warned = [ln for ln in out.stderr.splitlines() if "falls back" in ln]
@@ -138,23 +128,23 @@ def test_a_warning_is_one_line(tmp_path):
 def test_train_config_that_is_a_folder_says_so(tmp_path):
     """A checkpoint folder handed to --config: 'no such file' would send the user looking for a
     typo; the line says it is a folder and where the config inside is."""
-    one_error_line(run("train", "--config", ENTRY), "a folder", "config.json")
-    one_error_line(run("train", "--config", str(tmp_path)), "a folder")
+    one_error_line(run_cli("train", "--config", ENTRY), "a folder", "config.json")
+    one_error_line(run_cli("train", "--config", str(tmp_path)), "a folder")
 
 
 def test_a_batch_or_pack_too_large_for_memory_is_one_line():
     """A batch of 10^11 asked torch for 3.2 TB and printed its allocator's traceback; 100,000
     seeds grew to 14 GB over five minutes before the first step."""
-    one_error_line(run("train", "--task", "add3", "--set", "batch_size=100000000000",
+    one_error_line(run_cli("train", "--task", "add3", "--set", "batch_size=100000000000",
                        "--set", "steps=1"), "out of memory", "batch_size")
-    one_error_line(run("train", "--task", "add3", "--seeds", "100000"), "seeds=100000",
+    one_error_line(run_cli("train", "--task", "add3", "--seeds", "100000"), "seeds=100000",
                    "at most 1024")
 
 
 def test_a_file_that_is_no_config_names_a_few_of_its_sections(tmp_path):
     junk = tmp_path / "junk.yaml"
     junk.write_text("".join(f"line{i}: {i}\n" for i in range(30)))
-    out = run("params", "--config", str(junk))
+    out = run_cli("params", "--config", str(junk))
     one_error_line(out, "unknown section(s) 'line0'", "and 25 more")
     assert len(out.stderr) < 300
 
@@ -174,6 +164,6 @@ def test_an_absent_database_says_so_and_points_at_the_published_models(tmp_path)
 
 
 def test_a_problem_that_starts_with_a_minus_says_how_to_pass_it():
-    out = run("ask", ENTRY, "-1+2")
+    out = run_cli("ask", ENTRY, "-1+2")
     one_error_line(out, "'-1+2' reads as an option", "-- -1+2")
-    one_error_line(run("ask", ENTRY, "--", "-1+2"), "out of range")
+    one_error_line(run_cli("ask", ENTRY, "--", "-1+2"), "out of range")

@@ -79,7 +79,7 @@ def test_the_train_command_shows_the_config_defaults():
 
 def test_a_search_with_no_options_gets_the_dataclass_defaults(capsys, tmp_path, monkeypatch):
     """The CLI builds exactly `SearchOptions(task=...)` when nothing else is given."""
-    from test_cli import run  # tests/ is on sys.path (pytest's rootdir import mode)
+    from helpers import run  # tests/ is on sys.path (rootdir import mode)
 
     import arithsweep.search.driver as driver
 

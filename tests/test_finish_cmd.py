@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 
 import torch
+from helpers import run  # tests/ is on sys.path (rootdir import mode)
 from safetensors.torch import load_file, save_file
-from test_cli import run  # tests/ is on sys.path (pytest's rootdir import mode)
 
 from arithsweep.core.hashing import sha256_file
 from arithsweep.core.model.checkpoint import load_checkpoint

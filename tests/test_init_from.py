@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ADD2_MODEL
-from test_cli import run  # tests/ is on sys.path (pytest's rootdir import mode)
+from helpers import run  # tests/ is on sys.path (rootdir import mode)
 
 from arithsweep.core.errors import CheckpointError
 from arithsweep.core.hashing import sha256_file

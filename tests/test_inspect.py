@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from test_cli import run
+from helpers import run
 
 from arithsweep.core.data.tasks import get_task
 from arithsweep.core.errors import ConfigError

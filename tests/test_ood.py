@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import one_error_line, run, run_cli  # tests/ is on sys.path (rootdir import mode)
 
 from arithsweep.core.config import TrainConfig
 from arithsweep.core.data.tasks import get_task
@@ -32,9 +33,6 @@ from arithsweep.core.evaluation.ood import (
 from arithsweep.core.model.checkpoint import save_checkpoint
 from arithsweep.core.model.model import ArithTransformer, ModelConfig
 from arithsweep.core.training.train import _DataStream
-from tests.test_cli import run
-from tests.test_cli_mistakes import one_error_line
-from tests.test_cli_mistakes import run as run_cli
 
 FMT = "nopad,revops,revans"  # the paper's setting: reversed operands and answer, no padding
 

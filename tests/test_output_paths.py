@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_cli import run  # tests/ is on sys.path (pytest's rootdir import mode)
+from helpers import run  # tests/ is on sys.path (rootdir import mode)
 
 from arithsweep.cli.common import check_outputs
 from arithsweep.core.errors import ArithsweepError

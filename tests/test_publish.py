@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_cli import run  # tests/ is on sys.path (pytest's rootdir import mode)
+from helpers import run  # tests/ is on sys.path (rootdir import mode)
 from test_report import make_report
 
 from arithsweep.core.errors import ArithsweepError

@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_cli import _no_heavy_imports, run  # tests/ is on sys.path (rootdir import mode)
+from helpers import no_heavy_imports, run  # tests/ is on sys.path (rootdir import mode)
 from test_report import make_report
 
 REPO = Path(__file__).resolve().parents[1]
@@ -75,7 +75,7 @@ def test_show_prints_a_published_entry_as_published(capsys, clone):
 
 def test_show_a_published_id_imports_no_torch(clone):
     env = {**os.environ, "ARITHSWEEP_DB": str(clone / "leaderboard" / "leaderboard.db")}
-    _no_heavy_imports(["show", str(ENTRY)], env)
+    no_heavy_imports(["show", str(ENTRY)], env)
 
 
 def test_inspect_and_ood_take_a_published_id(capsys, clone):

@@ -209,7 +209,7 @@ def untrained_sub2(tmp_path):
 
 
 def test_verify_json_and_table_carry_the_classes(untrained_sub2, capsys):
-    from test_cli import run  # tests/ is on sys.path (pytest rootdir import mode)
+    from helpers import run  # tests/ is on sys.path (rootdir import mode)
 
     code, out, err = run(capsys, "verify", str(untrained_sub2), "--json", "--target", "0.5")
     assert code == 0, err
@@ -229,7 +229,7 @@ def test_verify_json_and_table_carry_the_classes(untrained_sub2, capsys):
 def test_verify_reports_a_mixed_task_per_operation(tmp_path, capsys):
     """mix tasks: addition and subtraction each get their own count, failures and nines (the
     mix6 target is five nines on each), and they add up to the whole suite."""
-    from test_cli import run
+    from helpers import run
 
     from arithsweep.core.model.checkpoint import save_checkpoint
     from arithsweep.core.model.model import ArithTransformer, ModelConfig
@@ -277,7 +277,7 @@ def test_large_suite_has_an_enriched_part(monkeypatch):
 def test_record_refuses_a_mix_model_whose_weaker_operation_misses(tmp_path, capsys):
     """The published mix3 passes 0.9999 over its whole suite (99.9921%) but not on subtraction
     (99.984%): `verify --record` says which operation missed, in one line, and records nothing."""
-    from test_cli import run
+    from helpers import run
 
     ck = Path(__file__).parents[1] / "leaderboard/checkpoints/mix3-4656-5c405da9"
     db = tmp_path / "lb.db"

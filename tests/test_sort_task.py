@@ -249,7 +249,7 @@ def test_cli_train_verify_ask_sort(capsys, tmp_path, monkeypatch):
     """`arithsweep train --task sort4` then `arithsweep verify` on its checkpoint, in process
     so the suite can be sized down (sort3's suite is all 10^6 problems: ~40 s of forward
     passes on a loaded 2-core CPU even for a 4-wide model), then `ask` it."""
-    from test_cli import run
+    from helpers import run
 
     code, out, err = run(capsys, "train", "--task", "sort4", "--steps", "20", "--seeds", "1",
                          "--layers", "1", "--d-model", "4", "--heads", "1", "--d-ff", "0",
