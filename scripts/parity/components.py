@@ -37,7 +37,7 @@ def adamw(tcfg) -> tuple[str, str, str]:
         opt_r.step()
         opt_o.step(torch.tensor([0.01]))
     d = max((pr.detach() - po.detach()[0]).abs().max().item() for pr, po in zip(ref, ours))
-    return ("AdamW", _verdict(d), f"50 steps, max |w diff| {d:.1e}; betas "
+    return ("AdamW", _verdict(d), f"50 steps, max abs w diff {d:.1e}; betas "
             f"({tcfg.beta1}, {tcfg.beta2}) vs torch's (0.9, 0.999), eps 1e-8 both, decoupled "
             f"decay on {tcfg.weight_decay_scope} parameters (the sweep: every one)")
 
@@ -59,7 +59,7 @@ def clipping() -> tuple[str, str, str]:
         worst = max(worst, max((p.grad - q.grad[0]).abs().max().item()
                                for p, q in zip(ps, (ours.a, ours.b))))
     return ("gradient clipping", _verdict(worst), f"global norm 1, coef 1/(norm + 1e-6) both, "
-            f"after Grokfast both; max |g diff| {worst:.1e}")
+            f"after Grokfast both; max abs g diff {worst:.1e}")
 
 
 def cosine(sweep, tcfg) -> tuple[str, str, str]:
@@ -100,7 +100,7 @@ def grokfast(sweep, tcfg) -> tuple[str, str, str]:
         worst = max(worst, (ref - p.grad[0]).abs().max().item())
     return ("Grokfast-EMA", _verdict(worst), f"g + lambda * EMA_alpha(g); reference alpha "
             f"{alpha}, lambda {lam}, EMA from zeros; anchor alpha {tcfg.grokfast_alpha}, lambda "
-            f"{tcfg.grokfast_lambda}, start {tcfg.grokfast_start}; 20 steps max |g diff| "
+            f"{tcfg.grokfast_lambda}, start {tcfg.grokfast_start}; 20 steps max abs g diff "
             f"{worst:.1e}")
 
 
