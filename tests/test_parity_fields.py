@@ -56,7 +56,7 @@ def test_angles_start_where_the_config_says():
     assert plain.layers[0].attn.k_angle.item() == 0.0
 
 
-def test_norm_eps_reaches_the_norms_and_keeps_the_tiny_layout_off():
+def test_norm_eps_reaches_the_norms_and_the_tiny_layout_keeps_it():
     cfg = ModelConfig(**TB, norm_eps=1e-6)
     model = ArithTransformer(cfg, k=1, seeds=[0])
     assert model.shared_norm.eps == 1e-6
@@ -66,8 +66,12 @@ def test_norm_eps_reaches_the_norms_and_keeps_the_tiny_layout_off():
     tokens = torch.randint(0, 10, (2, 34))
     assert not torch.allclose(model(tokens), ArithTransformer.from_member_state(
         ModelConfig(**TB), model.member_state(0))(tokens))
-    layout, why = choose_layout(cfg, TrainConfig(), torch.device("cpu"))
-    assert layout == "reference" and "norm_eps" in why
+    # the tiny kernel takes the model's epsilon (test_tiny_layout's norm-eps case checks its
+    # numbers), so the recipe keeps its speed
+    from arithsweep.core.model.tiny_layout import load_error
+
+    if load_error() is None:
+        assert choose_layout(cfg, TrainConfig(), torch.device("cpu"))[0] == "tiny"
 
 
 def test_grokfast_zero_start_averages_from_zeros():

@@ -34,6 +34,8 @@ EXTRA = {
     "layernorm-own-norms-bias": dict(norm="layer", d_model=6, n_heads=2, d_head=3, d_vhead=3,
                                      pos="learned", activation="relu", d_ff=8),
     "layernorm-shared-no-bias": dict(norm="layer", norm_bias=False, share_norms=True),
+    # the kernel reads the model's epsilon (tbukic's is 1e-6); 0.01 moves every norm's output
+    "norm-eps-0.01": dict(norm_eps=1e-2, qk_norm="head"),
 }
 ALL = {**CASES, **EXTRA}
 

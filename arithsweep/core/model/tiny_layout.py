@@ -28,6 +28,7 @@ import ctypes
 import hashlib
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
@@ -40,7 +41,6 @@ import torch
 from torch import Tensor
 
 from arithsweep.core.config import ABACUS_POSITIONS
-from arithsweep.core.model.layers import _EPS
 from arithsweep.core.model.weights import attn_weights, mlp_weights, token_table
 
 LANES = 16  # sequences per tile: one AVX-512 register of float32 (two AVX2 ones)
@@ -48,7 +48,15 @@ CHUNK = 4  # tiles per unit of work: 64 sequences, so even one seed's batch feed
 _SOURCE = Path(__file__).with_name("tiny_kernel.c")
 # no -ffast-math: the vector code is explicit, so IEEE arithmetic costs nothing and keeps the
 # kernel's numbers the reference layout's to float32 rounding
-_FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-shared", "-fPIC", f"-DL={LANES}"]
+_FLAGS = ["-O3", "-fno-math-errno", "-shared", "-fPIC", f"-DL={LANES}"]
+# The instruction set the kernel is built for (gcc/clang -march): `native` by default, or a
+# fixed level such as x86-64-v3 to reproduce another machine's build (docs/training.md,
+# "Where the same seed gives the same weights"). Read once, when the kernel loads.
+TARGET_ENV = "ARITHSWEEP_KERNEL_TARGET"
+# more compiler flags, after ours (a test of another machine's rounding: -ffp-contract=fast
+# builds what the kernel was before contraction was pinned); part of the cache key
+CFLAGS_ENV = "ARITHSWEEP_KERNEL_CFLAGS"
+_TARGET_OK = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 (F_POS, F_NORM, F_QKNORM, F_ROPE, F_ROPE_IL, F_FINAL, F_RELU, F_SWIGLU, F_GELU, F_LAYER,
  F_NBIAS) = (1 << i for i in range(11))
 N_WEIGHTS = 18  # effective_weights' list
@@ -84,6 +92,31 @@ def _cache_dir() -> Path:
     return Path(root) / "kernels"
 
 
+def target() -> str:
+    """The -march the kernel is (or would be) built for: $ARITHSWEEP_KERNEL_TARGET or native."""
+    return os.environ.get(TARGET_ENV, "").strip() or "native"
+
+
+def build_flags() -> list[str]:
+    """The compiler flags of this process's kernel build. Contraction of a*b+c into one fused
+    multiply-add is pinned off: whether the compiler fuses depends on the target's instruction
+    set, and a fused and an unfused step round differently. With it off, a build for AVX2 and
+    one for AVX-512 give the same bits (tests/test_kernel_target.py)."""
+    return [*_FLAGS, f"-march={target()}", "-ffp-contract=off",
+            *os.environ.get(CFLAGS_ENV, "").split()]
+
+
+def library_path(cc: str, flags: list[str]) -> Path:
+    """Where the build of the kernel by compiler `cc` with `flags` is cached. The key holds
+    the source, the compiler and its version, the flags (the target among them) and the CPU's
+    own flags: a native build is only valid on its CPU kind, and a build for a fixed target
+    is kept beside the native one, never taken for it."""
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60)
+    key = hashlib.sha256(_SOURCE.read_bytes() + " ".join(
+        [cc, version.stdout.split("\n")[0], *flags, _cpu_flags()]).encode()).hexdigest()
+    return _cache_dir() / f"tiny_kernel-{key[:16]}.so"
+
+
 def _cpu_flags() -> str:
     # -march=native code is only valid on the CPU it was built for: a cluster sharing a home
     # directory gets one build per CPU kind
@@ -105,10 +138,12 @@ def _load() -> None:
         if cc is None:
             _lib_error = "no C compiler (cc) to build the tiny kernel"
             return
-        src = _SOURCE.read_bytes()
-        key = hashlib.sha256(src + " ".join([cc, *_FLAGS, _cpu_flags()]).encode()).hexdigest()
-        so = _cache_dir() / f"tiny_kernel-{key[:16]}.so"
+        if not _TARGET_OK.fullmatch(target()):
+            _lib_error = f"{TARGET_ENV}={target()!r} is not an instruction set name"
+            return
+        flags = build_flags()
         try:
+            so = library_path(cc, flags)
             if not so.exists():
                 so.parent.mkdir(parents=True, exist_ok=True)
                 # built beside its final name, then renamed: trials starting together on one
@@ -116,7 +151,7 @@ def _load() -> None:
                 fd, tmp = tempfile.mkstemp(suffix=".so", dir=so.parent)
                 os.close(fd)
                 try:
-                    run = subprocess.run([cc, *_FLAGS, "-o", tmp, str(_SOURCE), "-lm"],
+                    run = subprocess.run([cc, *flags, "-o", tmp, str(_SOURCE), "-lm"],
                                          capture_output=True, text=True, timeout=300)
                     if run.returncode:
                         last = (run.stderr.strip().splitlines() or ["?"])[-1]
@@ -248,7 +283,7 @@ class _TinyLoss(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, plan: _Plan, tok: Tensor, mask: Tensor, cos: Tensor, sin: Tensor,
-                scale: float, *w: Tensor | None) -> Tensor:
+                scale: float, eps: float, *w: Tensor | None) -> Tensor:
         lib, K, G = _lib, plan.K, plan.G
         assert lib is not None
         ws, ptrs = _pointers(w)
@@ -256,7 +291,7 @@ class _TinyLoss(torch.autograd.Function):
         parts = torch.full((max(1, plan.n_chunks), G), float("nan"))
         part_loss = torch.full((max(1, plan.n_chunks),), float("nan"), dtype=torch.float64)
         _run(plan, lambda chunks, n: lib.tiny_fwd_bwd(
-            plan.dims.data_ptr(), _EPS, scale, chunks, n, tok.data_ptr(), mask.data_ptr(),
+            plan.dims.data_ptr(), eps, scale, chunks, n, tok.data_ptr(), mask.data_ptr(),
             ptrs, cos.data_ptr(), sin.data_ptr(), parts.data_ptr(), part_loss.data_ptr()))
         # per member: its chunks in order, so the sum is the same in any pack
         gm = parts[:plan.n_chunks].view(-1, plan.per, G)
@@ -280,7 +315,7 @@ class _TinyLoss(torch.autograd.Function):
     def backward(ctx, gout: Tensor):
         grads = [None if g is None else g * gout.view(-1, *([1] * (g.dim() - 1)))
                  for g in ctx.grads]
-        return (None,) * 6 + tuple(grads)
+        return (None,) * 7 + tuple(grads)
 
 
 def tiny_loss(model, tokens: Tensor, mask: Tensor, start: int = 0,
@@ -332,7 +367,7 @@ def _apply(model, tokens: Tensor, mask: Tensor, start: int, active: Tensor | Non
     w, cos, sin, dims = _kernel_args(model, tokens.shape[2] - 1, start, n_tiles)
     members = tuple(range(K)) if active is None else tuple(active.nonzero().flatten().tolist())
     return _TinyLoss.apply(_plan(dims, members, threads), tok, lmask, cos, sin,
-                           model.cfg.qk_head ** -0.5, *w)
+                           model.cfg.qk_head ** -0.5, model.cfg.norm_eps, *w)
 
 
 def _lanes(tokens: Tensor) -> tuple[Tensor, int]:
@@ -389,7 +424,7 @@ def tiny_logits(model, inputs: Tensor, from_pos: int) -> Tensor:
         lib = _lib
         assert lib is not None
         _run(plan, lambda chunks, n: lib.tiny_logits(
-            plan.dims.data_ptr(), _EPS, model.cfg.qk_head ** -0.5, chunks, n, tok.data_ptr(),
-            ptrs, cos.data_ptr(), sin.data_ptr(), out.data_ptr()))
+            plan.dims.data_ptr(), model.cfg.norm_eps, model.cfg.qk_head ** -0.5, chunks, n,
+            tok.data_ptr(), ptrs, cos.data_ptr(), sin.data_ptr(), out.data_ptr()))
     # (K, tiles, Tq, V, L) -> (K, B, Tq, V)
     return out.permute(0, 1, 4, 2, 3).reshape(K, n_tiles * LANES, Tq, V)[:, :B]

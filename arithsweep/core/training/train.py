@@ -34,7 +34,6 @@ from arithsweep.core.data.mix import carry_mode, carry_share, curriculum_cap, va
 from arithsweep.core.data.tasks import Task
 from arithsweep.core.errors import ConfigError
 from arithsweep.core.model.checkpoint import keep_start, save_checkpoint
-from arithsweep.core.model.layers import _EPS
 from arithsweep.core.model.model import ArithTransformer, ModelConfig, count_params
 from arithsweep.core.model.tiny_layout import unsupported
 from arithsweep.core.training.recipe import mine_errors
@@ -312,8 +311,6 @@ def choose_layout(model_cfg: ModelConfig, cfg: TrainConfig, device: torch.device
     if cfg.layout == "reference":
         return "reference", "asked for"
     why = unsupported(model_cfg, device)
-    if why is None and model_cfg.norm_eps != _EPS:  # the kernel's epsilon is a constant
-        why = f"norm_eps {model_cfg.norm_eps:g} (the tiny kernel's is {_EPS:g})"
     if cfg.layout == "tiny":
         if why is not None:
             raise ConfigError(f"train config: layout='tiny': {why}")
