@@ -135,3 +135,21 @@ def test_a_run_repeats_on_an_avx2_machine(tmp_path):
     assert here == _trained(tmp_path)  # the same machine, twice
     assert _trained(tmp_path, ARITHSWEEP_KERNEL_TARGET="x86-64-v3",
                     ATEN_CPU_CAPABILITY="avx2") == here
+
+
+def test_each_checkpoint_says_where_it_repeats_and_its_section_says_so(add2_trained):
+    """The promise travels with the weights: meta.repeats in config.json, by the run's layout,
+    and the published section's retrain header reads it (an entry from before it: other
+    floats)."""
+    import json
+
+    from arithsweep.core.training.train import ANY_X86, ONE_KIND, repeats
+    from arithsweep.leaderboard.publish import retrain_header
+
+    result, path = add2_trained
+    meta = json.loads((path / "config.json").read_text())["meta"]
+    assert meta["repeats"] == repeats(result.layout, result.device)
+    assert repeats("tiny", "cpu") == ANY_X86 and repeats("reference", "cpu") == ONE_KIND
+    assert repeats("reference", "cuda") == ONE_KIND
+    assert ANY_X86 in retrain_header({"meta": {"repeats": ANY_X86}})
+    assert "other floats" in retrain_header({"meta": {}})

@@ -126,6 +126,19 @@ def _worst_line(row: dict[str, Any]) -> list[str]:
     return ["", f"Worst class: {name}, {percent(em)} of {_count(n)}{verdict}."]
 
 
+def retrain_header(config: dict[str, Any]) -> str:
+    """"Retrain it" with where the command gives the published weights again: what the
+    checkpoint's meta records (core.training.train.repeats), or, for an entry trained before
+    it did, that a retrain may reach other floats (docs/training.md)."""
+    where = (config.get("meta") or {}).get("repeats")
+    if where:
+        return (f"Retrain it (the same weights, sha256 above, on {where}, with the arithsweep "
+                f"and torch versions of config.json):")
+    return ("Retrain it (trained before arithsweep pinned its kernel's rounding: the command "
+            "trains this recipe, but to other floats than the published weights, which may "
+            "land on another model; the weights above are what re-verifies):")
+
+
 def seeds_reached(row: dict[str, Any], config: dict[str, Any]) -> str:
     """Seeds that reached the target, as "reached/trained" (or "reached"), when the entry or its
     checkpoint's config.json (meta, metrics) records `seeds_reached`; else "not recorded" (a
@@ -231,7 +244,7 @@ def leaderboard_markdown(
             f"{str(row.get('verified_at') or row.get('created_at') or '')[:10]}; weights "
             f"sha256 `{row.get('sha256')}`.", *_worst_line(row),
             *found,
-            "", "Retrain it:", "", "```sh",
+            "", retrain_header(config), "", "```sh",
             published_reproduce(row, f"{folder}/config.json"), "```",
             *start_lines(config, folder),
             *pack_lines(row, f"{folder}/config.json"),

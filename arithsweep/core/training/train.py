@@ -144,7 +144,8 @@ class TrainResult:
                    "steps": self.steps, "wall_time": round(self.wall_time, 3)}
         info = {"seed": self.train_cfg.seed + self.best_seed, "seed_index": self.best_seed,
                 "steps": self.steps, "wall_time": round(self.wall_time, 3),
-                "device": self.device, **(meta or {})}
+                "device": self.device, "repeats": repeats(self.layout, self.device),
+                **(meta or {})}
         # a continued run's checkpoint carries its start, so its --config runs anywhere
         cfg, start = keep_start(self.train_cfg, path)
         return save_checkpoint(path, self.best_model(), self.task, 0, cfg, metrics,
@@ -303,6 +304,21 @@ def micro_batches(cfg: TrainConfig, device: torch.device) -> int:
 # widths reach ~100 (one-block add10 models on a 2-core CPU, 8 seeds: tiny 1.5x the reference
 # at 36k parameters, 0.9x at 79k; `arithsweep bench`'s crossover rows, README)
 TINY_MAX_PARAMS = 40_000
+
+
+# Where the same seed gives the same weights (docs/training.md), recorded in each checkpoint's
+# meta and said by its published section: the tiny kernel's rounding is pinned (no fused
+# multiply-adds, whatever the instruction set or compiler), and torch's ops around it gave the
+# same bits with its AVX2 and AVX-512 kernels (tests/test_kernel_target.py); the reference
+# layout's matrix products are torch's and its BLAS's, chosen per CPU kind
+ANY_X86 = "any x86-64 with AVX2 or AVX-512"
+ONE_KIND = "a machine of the same kind"
+
+
+def repeats(layout: str, device: str) -> str:
+    """Where a run in `layout` on `device` gives the same weights again (same arithsweep and
+    torch): ANY_X86 for the tiny layout, else ONE_KIND."""
+    return ANY_X86 if str(layout).startswith("tiny") and str(device) == "cpu" else ONE_KIND
 
 
 def choose_layout(model_cfg: ModelConfig, cfg: TrainConfig, device: torch.device,
