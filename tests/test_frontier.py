@@ -56,6 +56,37 @@ def test_counts_follow_the_published_arithmetic(kw, want):
     assert count_params(cfg_of(**kw)) == want
 
 
+# tbukic's sweep below 36 (experiments/sub50_sweep.py at a05e46ed): the 36's base (arc, V = Q,
+# O = Q^T, one shared norm, K = Q turned, one QK-norm) with one of its ties changed; each count
+# is the sweep's own, by hand in the comment from the 36 = 3 arc + 12 q + 4 qk-norm + 1 angle
+# + 3 norm + 6 gate + 6 up + 1 down angle
+SUB36 = dict(embed="arc", tie_k="rotated", tie_v=True, tie_o=True, qk_norm="shared",
+             share_norms=True, mlp_down="up_t", rope_pairs="interleaved")
+
+
+@pytest.mark.parametrize(("kw", "want"), [
+    ({}, 35),  # "35p_..._KrotQ_..._downUpT": down = up^T, no angle: 36 - 1
+    ({"tie_k": "scaled"}, 35),  # "35p_..._KaQ_..._downUpT": a instead of the angle
+    ({"tie_k": "q"}, 34),  # "34p_..._KeqQ_..._downUpT": 35 - 1
+    ({"embed": "arc2"}, 34),  # "34p_..._dropA": the arc's radius fixed, 3 -> 2 numbers
+    ({"qk_norm": "head", "tie_gate": True}, 34),  # "34p_..._gateA_downUpT": 35 + 4 - 6 + 1
+    ({"tie_gate": True, "gate_scale": "vector"}, 31),  # "31p_..._gateVec": 35 - 6 + 2
+    ({"tie_gate": True}, 30),  # "30p_..._gateA_downUpT_tieQKnorm": 35 - 6 + 1
+    ({"tie_k": "scaled", "tie_gate": True, "gate_scale": "none"}, 29),  # "29p_..._gateEqUp": 35 - 6
+    ({"d_ff": 1, "tie_gate": True}, 27),  # "27p_ff1_..._gateA_downUpT": 3+12+4+1+3+1+3
+    ({"d_ff": 1, "mlp_down": "own"}, 32),  # "32p_ff1_..._tieQKnorm": 3+12+4+1+3+3+3+3
+    ({"activation": "relu", "tie_k": "q"}, 28),  # "28p_relu_ff2_tied_norot": 3+12+4+3+6
+    ({"d_model": 2, "mlp_down": "own"}, 30),  # "30p_d2_swiglu_ff2": 3+8+4+1+2+4+4+4
+    ({"d_model": 2, "activation": "relu", "tie_k": "q"}, 21),  # "21p_d2_relu_ff2_tied_norot"
+    # the smallest the tbukic space allows: d 2, ff 1, relu, K = Q, down = up^T, the arc's
+    # radius fixed, one norm number, the anti-quarter QK-norm number: 2 + 8 + 1 + 1 + 2
+    ({"d_model": 2, "d_ff": 1, "activation": "relu", "tie_k": "q", "embed": "arc2",
+      "norm_weight": "scalar", "qk_norm": "scalar", "qk_norm_pattern": [1, 0.25, 0, -1]}, 14),
+])
+def test_tbukic_points_below_36_count_as_its_sweep_counts(kw, want):
+    assert count_params(cfg_of(**{**SUB36, **kw})) == want
+
+
 def test_the_36_parameter_record_counts_36():
     cfg = cfg_of(embed="arc", tie_k="rotated", tie_v=True, tie_o=True, qk_norm="shared",
                  share_norms=True, mlp_down="up_t_rot", rope_pairs="interleaved")
@@ -82,6 +113,10 @@ def test_split_subspaces_count_only_their_part():
     ({"split_positions": True}, "split_positions"),
     ({"qk_norm": "both"}, "qk_norm"),
     ({"tie_k": "q", "tie_kv": True}, "tie_k"),
+    ({"gate_scale": "none"}, "gate_scale"),  # scales a gate that is its own weight
+    ({"gate_scale": "vector", "tie_gate": False}, "gate_scale"),
+    ({"gate_scale": "one"}, "gate_scale"),
+    ({"embed": "arc2", "d_embed": 1}, "embed"),
 ])
 def test_impossible_combinations_name_their_field(kw, field):
     with pytest.raises(ConfigError, match=field):
@@ -123,8 +158,9 @@ def reference(cfg: ModelConfig, st: dict[str, torch.Tensor], tokens: torch.Tenso
     B, T = tokens.shape
     d, H, Hkv, w = cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.qk_head
     il = cfg.rope_pairs == "interleaved"
-    if cfg.embed == "arc":
-        r, start, stride = st["embed.arc"].tolist()
+    if cfg.embed in ("arc", "arc2"):  # arc2: the radius fixed at arc_init's, else 1
+        r, start, stride = ([cfg.arc_init[0] if cfg.arc_init else 1.0]
+                            if cfg.embed == "arc2" else []) + st["embed.arc"].tolist()
         ang = start + stride * torch.arange(10, dtype=torch.float32)
         E = torch.zeros(cfg.vocab_size, d)
         E[:10, 0], E[:10, 1] = r * ang.cos(), r * ang.sin()
@@ -190,11 +226,11 @@ def reference(cfg: ModelConfig, st: dict[str, torch.Tensor], tokens: torch.Tenso
           "up_t_rot": lambda: _turn(Wu, float(st["layers.0.mlp.down_angle"]), True).T,
           "head": lambda: Ph.T}[cfg.mlp_down]()
     if cfg.activation == "swiglu":
-        Wg = Wu * st["layers.0.mlp.gate_scale"] if cfg.tie_gate \
-            else st["layers.0.mlp.gate.weight"]
+        Wg = st["layers.0.mlp.gate.weight"] if not cfg.tie_gate else Wu \
+            if cfg.gate_scale == "none" else Wu * st["layers.0.mlp.gate_scale"]  # (1 | ff,)
         x = x + (F.silu(h @ Wg) * (h @ Wu)) @ Wd
     else:
-        x = x + F.gelu(h @ Wu) @ Wd
+        x = x + (F.relu if cfg.activation == "relu" else F.gelu)(h @ Wu) @ Wd
     if cfg.unembed_head:
         return (_rms(x, nf) @ Ph) @ E[:, :tok].T
     return _rms(x, nf) @ E.T  # (B, T, V)
@@ -224,6 +260,13 @@ CASES = {
                           places=".0123456789B.0123456789A0123456789", split_positions=True,
                           qk_from_positions=True, tie_k="rotated", rope_pairs="interleaved",
                           v_from_tokens=True, unembed_head=True, v_from_head=True, rank_o=1),
+    # tbukic's sweep below 36: gate = up, gate = a_j up (per hidden unit), the arc's radius
+    # fixed (at arc_init's 2.5), ff 1 with gate = a up, a relu MLP with down = up^T
+    "sub36-gate=up": dict(SUB36, tie_k="scaled", tie_gate=True, gate_scale="none"),
+    "sub36-gate=a_j*up,arc2": dict(SUB36, tie_gate=True, gate_scale="vector", embed="arc2",
+                                   arc_init=[2.5, -1.2, 0.29]),
+    "sub36-ff1,arc2-unit": dict(SUB36, d_ff=1, tie_gate=True, embed="arc2"),
+    "sub36-relu,d2": dict(SUB36, d_model=2, activation="relu", tie_k="q"),
     "digit-index-full-width": dict(pos="digit_index", places="0123456789A" * 4),
     "digit-index-learned": dict(pos="digit_index", places="0123456789A" * 4, place_learned=True),
     "split-subspaces": dict(d_model=5, d_embed=3, split_positions=True, v_from_tokens=True,

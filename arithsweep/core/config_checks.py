@@ -30,8 +30,8 @@ def check_frontier(cfg, need) -> None:
     if cfg.d_embed is not None:
         need(cfg.d_embed <= cfg.d_model, "d_embed",
              f"must be at most d_model={cfg.d_model}")
-    if cfg.embed == "arc":
-        need(cfg.tok_dims >= 2, "embed", "arc needs a token part at least 2 wide")
+    if cfg.embed in ("arc", "arc2"):
+        need(cfg.tok_dims >= 2, "embed", f"{cfg.embed} needs a token part at least 2 wide")
     if cfg.split_positions:
         need(cfg.tok_dims < cfg.d_model, "split_positions",
              "needs d_embed < d_model (the dims after d_embed hold the positions)")
@@ -83,6 +83,9 @@ def check_frontier(cfg, need) -> None:
         need(cfg.d_ff % 2 == 0, "mlp_down", f"up_t_rot needs an even d_ff (got {cfg.d_ff})")
     if cfg.tie_gate:
         need(cfg.activation == "swiglu", "tie_gate", "needs activation swiglu")
+    else:  # a scale of a gate that is its own weight would be a silent no-op: say so
+        need(cfg.gate_scale == "scalar", "gate_scale",
+             "scales the gate tied to up: it needs tie_gate true (else leave it at scalar)")
     if cfg.norm_weight == "scalar":
         need(cfg.norm != "none", "norm_weight", "scalar needs a norm (norm layer or rms)")
     if cfg.loop_mix:
@@ -127,9 +130,10 @@ def frontier_labels(cfg) -> list[str]:
         out.append("rope-il")
     if cfg.tie_k != "none":
         out.append({"q": "k=q", "scaled": "k=aq", "rotated": "k=rot(q)"}[cfg.tie_k])
+    gate = {"scalar": "gate=a*up", "vector": "gate=a_j*up", "none": "gate=up"}[cfg.gate_scale]
     out += [lab for on, lab in ((cfg.tie_v, "v=q"), (cfg.tie_o, "o=qT"),
                                 (cfg.split_positions, "split-pos"),
-                                (cfg.v_from_tokens, "v<-tok"), (cfg.tie_gate, "gate=a*up"))
+                                (cfg.v_from_tokens, "v<-tok"), (cfg.tie_gate, gate))
             if on]
     ranks = [f"{p}{cfg.rank_of(p)}" for p in ("q", "k", "v", "o", "mlp")
              if getattr(cfg, f"rank_{p}") is not None]

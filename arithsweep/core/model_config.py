@@ -28,17 +28,18 @@ NORMS = ("layer", "rms", "none")
 # positions read from the tokens: each digit's place within its own number (abacus index)
 ABACUS_POSITIONS = ("abacus", "abacus_rope", "abacus_bias")
 POSITIONS = ("learned", "sinusoidal", "rope", *ABACUS_POSITIONS, "digit_index", "none")
-EMBEDS = ("table", "arc")
+EMBEDS = ("table", "arc", "arc2")
 QK_NORMS = ("none", "head", "shared", "scalar")
 NORM_WEIGHTS = ("vector", "scalar")
 ROPE_PAIRS = ("split", "interleaved")
 TIE_K = ("none", "q", "scaled", "rotated")
 MLP_DOWN = ("own", "up_t", "up_t_rot", "up_t_scaled", "head")
+GATE_SCALES = ("scalar", "vector", "none")
 # ModelConfig's word-valued fields and their words (search spaces check a value against these
 # alone: whether it fits the other fields is the whole config's business)
 MODEL_WORDS = {"activation": ACTIVATIONS, "norm": NORMS, "pos": POSITIONS, "embed": EMBEDS,
                "qk_norm": QK_NORMS, "rope_pairs": ROPE_PAIRS, "tie_k": TIE_K,
-               "mlp_down": MLP_DOWN, "norm_weight": NORM_WEIGHTS}
+               "mlp_down": MLP_DOWN, "norm_weight": NORM_WEIGHTS, "gate_scale": GATE_SCALES}
 
 
 @dataclass
@@ -118,7 +119,9 @@ class ModelConfig(DictConfig):
     rank_o: int | None = None
     rank_mlp: int | None = None  # gate, up and down
     embed: str = "table"  # table: a V x d_embed table | arc: digit t = radius*(cos, sin)(start +
-    #   t*stride) in the first two dims, 3 numbers (other tokens keep table rows)
+    #   t*stride) in the first two dims, 3 numbers (other tokens keep table rows) | arc2: the
+    #   arc with its radius fixed at arc_init's (1 without arc_init), 2 numbers: tbukic's
+    #   sweep's 34 p "drop A" (its A fixed at the 2.5 every seed starts from)
     # (radius, start, stride) every member's arc starts from (only with embed: arc, as rope_base
     # only with rope); None = a unit clock of the ten digits from a random start (MicroAdder
     # starts all seeds at [2.5, -1.2, 0.29])
@@ -144,6 +147,10 @@ class ModelConfig(DictConfig):
     # lokimorty's 39 p) | head (see unembed_head)
     mlp_down: str = "own"
     tie_gate: bool = False  # swiglu gate = a * up (1 number instead of d_model * d_ff)
+    # what tie_gate scales up by: scalar (one number a) | vector (a number per hidden unit,
+    # d_ff numbers: tbukic's sweep's "vecscalar" 31 p) | none (gate = up, 0 numbers: its
+    # "gateEqUp" 29 p and 33 p); read only with tie_gate, as qk_norm_pattern only with scalar
+    gate_scale: str = "scalar"
     # qk_norm scalar's weight is one learned number a times this fixed pattern of d_head numbers
     # (None = ones), for q and k; read only with qk_norm: scalar, as arc_init only with embed:
     # arc. lokimorty's 39 p: the "anti-quarter" [1, 0.25, 0, -1]

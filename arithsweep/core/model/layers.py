@@ -5,7 +5,8 @@ but the residual stream runs feature-major, x (K, d, N) with N = B*T (b-major), 
 projection is one torch.bmm(W^T, x) with a wide (d_out x N) output: for d ~ 7-16 CPU GEMMs are
 2-10x faster that way round than x @ W with its narrow (N x d_out) one. Here: the (optionally
 low-rank) projection, the causal attention with its hand-written backward, the one-hot lookup,
-and norms folded into the projection they feed. `tests/test_model.py` checks them through
+norms folded into the projection they feed, and the fixed positions (sinusoidal, abacus
+indices) that read nothing learned. `tests/test_model.py` checks them through
 the model (gradients against autograd included).
 
     python -c "import torch; from arithsweep.core.model.layers import _lookup; \
@@ -13,6 +14,8 @@ the model (gradients against autograd included).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -239,3 +242,46 @@ def abacus_index(tokens: Tensor, n_digits: int = 10) -> Tensor:  # (K, B, T) -> 
     # digits counted up to the latest non-digit (seen is non-decreasing, so cummax finds it)
     before = torch.where(digit.bool(), 0, seen).cummax(-1).values
     return seen - before  # non-digit: seen == before -> 0
+
+
+def sinusoid_table(T: int, d: int, d_pos: int) -> Tensor:  # -> (d, T) float32
+    """The fixed sinusoidal positions (pos: sinusoidal) in the last d_pos dims of d."""
+    pos = torch.arange(T, dtype=torch.float64).unsqueeze(1)  # (T, 1)
+    freq = torch.exp(-math.log(10000.0) * torch.arange(0, d_pos, 2, dtype=torch.float64) / d_pos)
+    pe = torch.zeros(T, d_pos, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(pos * freq)
+    pe[:, 1::2] = torch.cos(pos * freq[: d_pos // 2])
+    # scaled to the token embeddings' init scale (per-coordinate variance 1/d), so that for
+    # tiny d the fixed positions do not drown the learned token identity
+    pe = (pe * math.sqrt(2.0 / d)).float()
+    return torch.nn.functional.pad(pe, (d - d_pos, 0)).T.contiguous()
+
+
+def abacus_indices(model: nn.Module, tokens: Tensor,
+                   offset: Tensor | None = None) -> Tensor:  # (K, B, T) -> (K, B, T)
+    """Each digit's abacus index (its place within its number, from 1; 0 for other tokens)
+    plus `offset` (K, B), or in train mode one drawn per sequence when cfg.abacus_offset > 0."""
+    idx = abacus_index(tokens)
+    K, B, _ = tokens.shape
+    if offset is None and model.cfg.abacus_offset and model.training:
+        offset = abacus_offsets(model, B, tokens.device)
+    if offset is not None:
+        # digits only, as McLeish et al.'s code does. Moving non-digits too ('=' then carries
+        # k) was tried on add8 trained on <= 4 digits: the first answer digit came right on
+        # longer sums but the model learnt to stop after 4 answer digits (index minus '=''s
+        # index); with '=' at 0 it stops right and misses that digit
+        idx = idx + offset.view(K, B, 1) * (idx > 0)
+    return idx
+
+
+def abacus_offsets(model: nn.Module, B: int, device: torch.device) -> Tensor:  # (K, B) int64
+    """Training-time abacus offsets k ~ U{0..cfg.abacus_offset}, one per sequence, from one
+    private CPU generator per member seeded by that member's seed: a member draws the same
+    offsets in any pack, as alone (and never from the global RNG, which data sampling and
+    init must not share)."""
+    if model._offset_gens is None:
+        model._offset_gens = [torch.Generator().manual_seed(0xABAC + s)
+                              for s in model._offset_seeds]
+    hi = model.cfg.abacus_offset + 1
+    k = torch.stack([torch.randint(0, hi, (B,), generator=g) for g in model._offset_gens])
+    return k.to(device)

@@ -34,6 +34,7 @@ from arithsweep.core.model.layers import (
     _lookup,
     _normed,
     _table,
+    abacus_indices,
     attend,
     biased_attention,
     blend,
@@ -42,11 +43,12 @@ from arithsweep.core.model.layers import (
     place_gaps,
     qk_normed,
     rope,
+    sinusoid_table,
 )
 from arithsweep.core.model.weights import (
-    abacus_indices,
     attn_biases,
     attn_weights,
+    gate_from_up,
     init_member,
     make_attn_params,
     make_embed_params,
@@ -57,7 +59,6 @@ from arithsweep.core.model.weights import (
     place_pattern,
     place_rows,
     pos_part,
-    sinusoid_table,
     token_table,
 )
 
@@ -163,7 +164,7 @@ class ArithTransformer(nn.Module):
         """tokens (K, B, T) or (B, T) -> logits (K, B, T - from_pos, V): positions before
         `from_pos` are not unembedded (training and exact match only need answer positions).
         `abacus_offset` (K, B) int is added to every digit's abacus index; None draws one per
-        sequence in train mode when cfg.abacus_offset > 0 (weights.abacus_offsets), else none."""
+        sequence in train mode when cfg.abacus_offset > 0 (layers.abacus_offsets), else none."""
         cfg, K = self.cfg, self.k
         if tokens.dim() == 2:
             tokens = tokens.unsqueeze(0).expand(K, -1, -1)
@@ -306,7 +307,7 @@ class ArithTransformer(nn.Module):
         if cfg.activation == "swiglu":
             b = None
             if cfg.mlp_bias:
-                bg = m.up.bias * m.gate_scale if cfg.tie_gate else m.gate.bias
+                bg = gate_from_up(m, cfg, m.up.bias) if cfg.tie_gate else m.gate.bias
                 b = torch.cat([bg, m.up.bias], dim=1)
             gate, u = _normed(norm2, x, torch.cat([wg, wu], dim=1), b).chunk(2, dim=1)
             h = F.silu(gate) * u  # (K, ff, B*T)

@@ -2,8 +2,9 @@
 
 Every weight the forward pass uses is either *owned* (a trainable (K, ...) tensor, counted by
 `count_params`) or *derived* from owned ones by a fixed rule: K = Q, K = a Q, K = Q turned by
-one angle, V = Q, O = Q^T, gate = a * up, down = up^T (optionally turned by one angle or scaled
-per hidden unit), a token table generated from three numbers on an arc, a token or position
+one angle, V = Q, O = Q^T, gate = up (times one number, a number per hidden unit, or as it
+is), down = up^T (optionally turned by one angle or scaled per hidden unit), a token table
+generated from three numbers on an arc (or two, its radius fixed), a token or position
 part narrower than the stream, a norm's gain or the QK-norm weight from one number (times a
 fixed pattern). `make_attn_params`, `make_mlp_params` and `make_norm` create only the owned
 tensors a `ModelConfig` asks for; the `*_weights` functions return the matrices the forward
@@ -26,7 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from arithsweep.core.config import ModelConfig
-from arithsweep.core.model.layers import _Norm, _Proj, _ScalarNorm, _table, abacus_index
+from arithsweep.core.model.layers import _Norm, _Proj, _ScalarNorm, _table
 
 N_DIGITS = 10  # token ids 0..9 are the digits
 # digit_index's fixed spiral (MicroAdder's frozen one): clock radius and ramp per place
@@ -100,7 +101,8 @@ def make_mlp_params(cfg: ModelConfig, k: int) -> nn.Module | None:
     m = nn.Module()
     r = cfg.rank_of("mlp")
     if cfg.activation == "swiglu" and cfg.tie_gate:
-        m.gate_scale = _table(k, 1)
+        if cfg.gate_scale != "none":  # gate_scale none: gate = up, nothing owned
+            m.gate_scale = _table(k, ff if cfg.gate_scale == "vector" else 1)
     elif cfg.activation == "swiglu":
         m.gate = _Proj(k, d, ff, r, mb)
     m.up = _Proj(k, d, ff, r, mb)
@@ -187,7 +189,7 @@ def mlp_weights(m: nn.Module, cfg: ModelConfig, head: Tensor | None = None,
     wu = m.up.matrix_t()
     wg = None
     if cfg.activation == "swiglu":
-        wg = wu * m.gate_scale.unsqueeze(2) if cfg.tie_gate else m.gate.matrix_t()
+        wg = gate_from_up(m, cfg, wu) if cfg.tie_gate else m.gate.matrix_t()
     if cfg.mlp_down == "own":
         wd = m.down.matrix_t()
     elif cfg.mlp_down == "head":  # down = P^T: W_down^T = P (K, d, d_embed = ff)
@@ -201,12 +203,26 @@ def mlp_weights(m: nn.Module, cfg: ModelConfig, head: Tensor | None = None,
     return wg, wu, wd
 
 
+def gate_from_up(m: nn.Module, cfg: ModelConfig, t: Tensor) -> Tensor:
+    """The tied gate's weight (t = W_up^T (K, ff, d)) or bias (t = up's bias (K, ff)): up
+    times gate_scale, one number (K, 1) or one per hidden unit (K, ff), or up itself."""
+    if cfg.gate_scale == "none":
+        return t
+    return t * (m.gate_scale.unsqueeze(2) if t.dim() == 3 else m.gate_scale)
+
+
+def arc_radius(cfg: ModelConfig) -> float:
+    """embed arc2's fixed radius: arc_init's (tbukic's sweep fixes its A at the 2.5 every seed
+    starts from), or 1."""
+    return cfg.arc_init[0] if cfg.arc_init is not None else 1.0
+
+
 def make_embed_params(emb: nn.Module, cfg: ModelConfig, k: int) -> None:
     V, tok = cfg.vocab_size, cfg.tok_dims
     if cfg.embed == "table":
         emb.weight = _table(k, V, tok)
     else:
-        emb.arc = _table(k, 3)  # radius, start, stride
+        emb.arc = _table(k, 3 if cfg.embed == "arc" else 2)  # [radius,] start, stride
         emb.extra = _table(k, V - N_DIGITS, tok) if V > N_DIGITS else None
 
 
@@ -216,7 +232,11 @@ def token_table(emb: nn.Module, cfg: ModelConfig) -> Tensor:
     if cfg.embed == "table":
         e = emb.weight
     else:
-        r, start, stride = emb.arc.unbind(1)  # (K,) each
+        if cfg.embed == "arc":
+            r, start, stride = emb.arc.unbind(1)  # (K,) each
+        else:  # arc2: the radius a fixed number of the config
+            start, stride = emb.arc.unbind(1)
+            r = torch.full_like(start, arc_radius(cfg))
         ang = start[:, None] + stride[:, None] * torch.arange(
             N_DIGITS, device=emb.arc.device, dtype=emb.arc.dtype)  # (K, 10)
         e = (r[:, None, None] * torch.stack([ang.cos(), ang.sin()], 2))  # (K, 10, 2)
@@ -275,13 +295,14 @@ def init_special(name: str, p: Tensor, i: int, gen: torch.Generator | None,
         p[i].zero_()
     elif last.endswith("scale"):
         p[i].fill_(1.0)
-    elif last == "arc":
+    elif last == "arc":  # arc2 owns (start, stride) only: the last two of the three
         if cfg.arc_init is not None:
-            p[i].copy_(torch.tensor(cfg.arc_init))
+            p[i].copy_(torch.tensor(cfg.arc_init[-p.shape[1]:]))
             return True
         u = torch.rand(2, generator=gen)
         p[i].copy_(torch.tensor([1.0, 2 * math.pi * float(u[0]),
-                                 2 * math.pi / N_DIGITS * (0.9 + 0.2 * float(u[1]))]))
+                                 2 * math.pi / N_DIGITS * (0.9 + 0.2 * float(u[1]))]
+                                [-p.shape[1]:]))
     elif last == "slope":  # abacus_bias: softplus(0.5413) = 1 per place
         p[i].fill_(0.5413)
     elif last == "reach":  # abacus_bias: each head starts looking somewhere in -2..3 places
@@ -353,46 +374,3 @@ def place_rows(model: nn.Module, T: int) -> Tensor:  # -> (K, T, d): digit_index
         rows = model.slots.weight[:, slot.clamp(min=0)]  # (K, T, d_pos)
         pe = pe + rows * (slot >= 0).view(1, -1, 1)
     return pos_part(pe, model.cfg.d_model)
-
-
-def sinusoid_table(T: int, d: int, d_pos: int) -> Tensor:  # -> (d, T) float32
-    """The fixed sinusoidal positions (pos: sinusoidal) in the last d_pos dims of d."""
-    pos = torch.arange(T, dtype=torch.float64).unsqueeze(1)  # (T, 1)
-    freq = torch.exp(-math.log(10000.0) * torch.arange(0, d_pos, 2, dtype=torch.float64) / d_pos)
-    pe = torch.zeros(T, d_pos, dtype=torch.float64)
-    pe[:, 0::2] = torch.sin(pos * freq)
-    pe[:, 1::2] = torch.cos(pos * freq[: d_pos // 2])
-    # scaled to the token embeddings' init scale (per-coordinate variance 1/d), so that for
-    # tiny d the fixed positions do not drown the learned token identity
-    pe = (pe * math.sqrt(2.0 / d)).float()
-    return torch.nn.functional.pad(pe, (d - d_pos, 0)).T.contiguous()
-
-
-def abacus_indices(model: nn.Module, tokens: Tensor,
-                   offset: Tensor | None = None) -> Tensor:  # (K, B, T) -> (K, B, T)
-    """Each digit's abacus index (its place within its number, from 1; 0 for other tokens)
-    plus `offset` (K, B), or in train mode one drawn per sequence when cfg.abacus_offset > 0."""
-    idx = abacus_index(tokens)
-    K, B, _ = tokens.shape
-    if offset is None and model.cfg.abacus_offset and model.training:
-        offset = abacus_offsets(model, B, tokens.device)
-    if offset is not None:
-        # digits only, as McLeish et al.'s code does. Moving non-digits too ('=' then carries
-        # k) was tried on add8 trained on <= 4 digits: the first answer digit came right on
-        # longer sums but the model learnt to stop after 4 answer digits (index minus '=''s
-        # index); with '=' at 0 it stops right and misses that digit
-        idx = idx + offset.view(K, B, 1) * (idx > 0)
-    return idx
-
-
-def abacus_offsets(model: nn.Module, B: int, device: torch.device) -> Tensor:  # (K, B) int64
-    """Training-time abacus offsets k ~ U{0..cfg.abacus_offset}, one per sequence, from one
-    private CPU generator per member seeded by that member's seed: a member draws the same
-    offsets in any pack, as alone (and never from the global RNG, which data sampling and
-    init must not share)."""
-    if model._offset_gens is None:
-        model._offset_gens = [torch.Generator().manual_seed(0xABAC + s)
-                              for s in model._offset_seeds]
-    hi = model.cfg.abacus_offset + 1
-    k = torch.stack([torch.randint(0, hi, (B,), generator=g) for g in model._offset_gens])
-    return k.to(device)
