@@ -1,6 +1,7 @@
 """The near-miss finishers (core/training/finish.py): what each may see and when its result is
-kept. One small add2 model (d_model 8, 720 p) is trained once: its state at a near miss
-(~94% held-out) and at 100% held-out are the members the finishers work on."""
+kept. One small add2 model (d_model 8, 720 p) is trained once: its states at a near miss
+(90-97% held-out), inside the 95-99% band and at 100% of all problems, each checked, are the
+members the finishers work on and the start of the search-trial tests' near miss."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch
 
 from arithsweep.core.config import TrainConfig
 from arithsweep.core.errors import ConfigError
-from arithsweep.core.training.finish import CMAES, FINETUNE, finish, training_pool
+from arithsweep.core.training.finish import CMAES, FINETUNE, FINISH_FLOOR, finish, training_pool
 
 D8 = {"d_model": 8, "n_heads": 2, "d_ff": 16}
 
@@ -27,23 +28,68 @@ def one_thread():
     torch.set_num_threads(n)
 
 
+# a near miss the trial tests start from: held-out and all-problem figures this far inside the
+# 95-99% band (95.5-98.5%, at most 98.5% of all 10^4 problems: the full check's 99% is then
+# the finishers' to reach). Measured: 96.3% / 96.6% at step 800 (tiny kernel, and the
+# reference layout), 97.9% / 98.0% at step 900 (another build's bits)
+BAND = (0.955, 0.985)
+
+
 @pytest.fixture(scope="module")
-def members():
-    """(task, model_cfg, train_cfg, near-miss state, 100%-held-out state)."""
+def trained():
+    """(task, model_cfg, train_cfg, {"near", "band", "perfect"}: member states). One run whose
+    states are checked, not assumed, at its evaluations: "near" is the first at 90-97%
+    held-out, "band" the first inside BAND (held-out and all 10^4 problems), "perfect" the
+    first that answers every one of the 10^4 add2 problems. A machine that rounds
+    differently (another instruction set, the reference layout) gets states with the same
+    properties, at whatever steps."""
+    from arithsweep.core.evaluation.evaluate import exact_match
     from arithsweep.core.overrides import build_configs
     from arithsweep.core.training.population import train
 
-    task, m, t = build_configs("add2", None, None, {**D8, "steps": 2500, "seeds": 1,
-                                                     "seed": 0, "target": 1.0})
-    near = {}
+    task, m, t = build_configs("add2", None, None, {**D8, "steps": 6000, "seeds": 1,
+                                                     "seed": 0, "target": 1.0,
+                                                     "early_stop": False})
+    every = task.enumerate_all()
+    states: dict[str, dict[str, torch.Tensor]] = {}
+    seen = []
 
-    def keep_near_miss(point, result):
-        if not near and 0.9 <= point.best_em < 0.97:
-            near.update(result.model.member_state(0))
+    def keep(point, result):
+        full = float(exact_match(result.model, task, *every).float().mean())
+        seen.append((point.step, round(point.best_em, 4), round(full, 4)))
+        if "near" not in states and 0.9 <= point.best_em < 0.97:
+            states["near"] = result.model.member_state(0)
+        if ("band" not in states and BAND[0] <= point.best_em <= BAND[1]
+                and full <= BAND[1]):
+            states["band"] = result.model.member_state(0)
+        if "perfect" not in states and full == 1.0:
+            states["perfect"] = result.model.member_state(0)
+        return len(states) == 3
 
-    result = train(task, m, t, on_eval=keep_near_miss)
-    assert near and result.best_em == 1.0, [p.best_em for p in result.history]
-    return task, m, t, near, result.best_state
+    train(task, m, t, on_eval=keep)
+    assert len(states) == 3, seen  # (step, held-out, all problems) at each evaluation
+    return task, m, t, states
+
+
+@pytest.fixture(scope="module")
+def members(trained):
+    """(task, model_cfg, train_cfg, near-miss state, perfect state)."""
+    task, m, t, states = trained
+    return task, m, t, states["near"], states["perfect"]
+
+
+@pytest.fixture(scope="module")
+def near_miss_start(trained, tmp_path_factory) -> dict:
+    """The overrides that make TRIAL a near miss by construction: it starts from the "band"
+    state (a checkpoint) and trains at lr 1e-8, a few ulps in all, so it ends where that
+    state is (measured: the held-out figure did not move at all)."""
+    from arithsweep.core.model.checkpoint import save_checkpoint
+    from arithsweep.core.model.model import ArithTransformer
+
+    task, m, t, states = trained
+    path = tmp_path_factory.mktemp("start") / "band"
+    save_checkpoint(path, ArithTransformer.from_member_state(m, states["band"]), task, 0, t)
+    return {"init_from": str(path), "lr": 1e-8}
 
 
 def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
@@ -173,18 +219,22 @@ def _train_json(capsys, *args) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def test_train_json_reports_which_finisher_took_it_over_the_line(capsys, tmp_path):
-    """The 94% near miss of these tests, trained by `arithsweep train`, reaches 99% of all add2
-    problems only through targeted fine-tuning."""
+def test_train_json_reports_which_finisher_took_it_over_the_line(capsys, tmp_path,
+                                                                 near_miss_start):
+    """The near miss of these tests (at most 98.5% of all add2 problems, checked), trained on
+    by `arithsweep train` (--init-from, at the lr that leaves it where it is), reaches 99% of
+    them only through targeted fine-tuning."""
     res = _train_json(capsys, "--d-model", 8, "--heads", 2, "--d-ff", 16, "--seeds", 1,
-                      "--seed", 0, "--steps", 1200, "--target", 0.99, "--out", tmp_path / "r",
-                      "--set", "eval_every=200", "--set", "finish_rounds=4",
-                      "--set", "finish_steps=200", "--set", "finish_lr=1e-3",
-                      "--set", "finish_pool=4000")
+                      "--seed", 0, "--steps", TRIAL["steps"], "--target", TRIAL["target"],
+                      "--init-from", near_miss_start["init_from"],
+                      "--lr", near_miss_start["lr"], "--out", tmp_path / "r",
+                      *(x for k in ("eval_every", "finish_rounds", "finish_steps", "finish_lr",
+                                    "finish_pool") for x in ("--set", f"{k}={TRIAL[k]}")))
     assert res["finished_by"] == FINETUNE and res["reached_target"], res
     (rec,) = res["finishers"]
     assert rec["kept"] and rec["passes"] and rec["held_out_after"] >= rec["held_out_before"]
-    assert res["final_exact_match"] >= 0.99 and res["eval_exact_match"] == rec["held_out_after"]
+    assert rec["held_out_before"] < TRIAL["target"] <= res["final_exact_match"]
+    assert res["eval_exact_match"] == rec["held_out_after"]
     meta = json.loads((tmp_path / "r" / "config.json").read_text())["meta"]
     assert meta["finished_by"] == FINETUNE
 
@@ -220,19 +270,20 @@ class _FakeTune:
             return path
 
 
-# an add2 trial that ends in the near-miss band (95-99%) and one round of fine-tuning finishes
-NEAR_MISS_TRIAL = {**D8, "steps": 1400, "seeds": 1, "seed": 0, "target": 0.99,
-                   "eval_every": 200, "finish_rounds": 4, "finish_steps": 200,
-                   "finish_lr": 1e-3, "finish_pool": 4000}
+# the search trial of these tests: add2, one seed, the finishers on. Started from the near miss
+# (near_miss_start) it ends in the 95-99% band, and fine-tuning takes it over the full
+# check's 99%: in 1-2 of its up to 10 rounds on every build measured (they stop once it passes)
+TRIAL = {**D8, "steps": 200, "eval_every": 100, "seeds": 1, "seed": 0, "target": 0.99,
+         "finish_rounds": 10, "finish_steps": 200, "finish_lr": 1e-3, "finish_pool": 4000}
 
 
-def _near_miss_setup(**over):
-    """That trial's TrialSetup (`over`: fields to change, e.g. a pack member's lr)."""
+def _trial_setup(**over):
+    """TRIAL's TrialSetup (`over`: fields to change, e.g. its start and lr)."""
     from arithsweep.core.model.model import count_params
     from arithsweep.core.overrides import build_configs
     from arithsweep.search.trial import TrialSetup
 
-    task, m, t = build_configs("add2", None, None, {**NEAR_MISS_TRIAL, **over})
+    task, m, t = build_configs("add2", None, None, {**TRIAL, **over})
     return TrialSetup(task, m, t, count_params(m))
 
 
@@ -247,16 +298,16 @@ def _fake_tune(monkeypatch, tmp_path) -> _FakeTune:
 
 
 def test_a_search_trial_in_the_near_miss_band_is_finished_and_reports_the_finished_model(
-        monkeypatch, tmp_path):
+        monkeypatch, tmp_path, near_miss_start):
     pytest.importorskip("ray")
     from arithsweep.core.evaluation.evaluate import exact_match
     from arithsweep.core.model.checkpoint import load_checkpoint
     from arithsweep.search import trainable
 
     fake = _fake_tune(monkeypatch, tmp_path)
-    setup = _near_miss_setup()
+    setup = _trial_setup(**near_miss_start)
     task = setup.task
-    trainable._Trial(setup, {"extra_rounds": 0}, {}).run()
+    trainable.TrialRunner([setup], {"extra_rounds": 0}, {}).run()
     last = fake.rows[-1]
     trained = max(r["em"] for r in fake.rows if "em" in r and "finished_by" not in r)
     assert 0.95 <= trained < 0.99, "the trial must end in the near-miss band"
@@ -268,20 +319,21 @@ def test_a_search_trial_in_the_near_miss_band_is_finished_and_reports_the_finish
     assert float(exact_match(best.model, task, *task.enumerate_all()).float().mean()) >= 0.99
 
 
-def test_the_finishers_come_before_a_second_round(monkeypatch, tmp_path):
+def test_the_finishers_come_before_a_second_round(monkeypatch, tmp_path, near_miss_start):
     """A near miss the finishers take over the line needs no second round (a whole schedule,
     twice as long): with a round to spare, the trial still ends after one round, finished."""
     pytest.importorskip("ray")
     from arithsweep.search import trainable
 
     fake = _fake_tune(monkeypatch, tmp_path)
-    trainable._Trial(_near_miss_setup(), {"extra_rounds": 1}, {}).run()
+    trainable.TrialRunner([_trial_setup(**near_miss_start)], {"extra_rounds": 1}, {}).run()
     last = fake.rows[-1]
     assert last["finished_by"] == FINETUNE and last["stop_reason"] == "reached target", last
-    assert last["rounds"] == 1 and last["step"] == 1400
+    assert last["rounds"] == 1 and last["step"] == TRIAL["steps"]
 
 
-def test_a_pack_finishes_its_near_misses_and_reports_them_as_proposals(monkeypatch, tmp_path):
+def test_a_pack_finishes_its_near_misses_and_reports_them_as_proposals(monkeypatch, tmp_path,
+                                                                       near_miss_start):
     """A pack (several proposals of one shape, a GPU trial's default) gives each proposal in the
     near-miss band the finishers, as a single trial does: its last row says which finisher
     took it over the line under its own p<j>/ keys, and the last checkpoint's p<j>/best is
@@ -293,10 +345,11 @@ def test_a_pack_finishes_its_near_misses_and_reports_them_as_proposals(monkeypat
     from arithsweep.search.packs import key
 
     fake = _fake_tune(monkeypatch, tmp_path)
-    # the single trial's near miss, and one that learns nothing
-    setups = [_near_miss_setup(lr=lr) for lr in (1e-2, 1e-5)]
+    # the single trial's near miss, and the same start (a pack has one) thrown far below the
+    # band by an lr of 1: 0-1% held-out at both evaluations, measured
+    setups = [_trial_setup(**{**near_miss_start, "lr": lr}) for lr in (1e-8, 1.0)]
     task = setups[0].task
-    trainable._Pack(setups, {"extra_rounds": 0}, {}).run()
+    trainable.TrialRunner(setups, {"extra_rounds": 0}, {}).run()
     last = fake.rows[-1]
     trained = max(r[key(0, "em")] for r in fake.rows
                   if key(0, "em") in r and key(0, "finished_by") not in r)
@@ -304,6 +357,7 @@ def test_a_pack_finishes_its_near_misses_and_reports_them_as_proposals(monkeypat
     assert last[key(0, "finished_by")] == FINETUNE
     assert last[key(0, "stop_reason")] == "reached target" and last[key(0, "seeds_reached")] == 1
     assert last[key(1, "finished_by")] is None and last[key(1, "stop_reason")] != "reached target"
+    assert last[key(1, "best_em")] < FINISH_FLOOR
     ck, row = fake.checkpoints[-1]
     assert row[key(0, "finished_by")] == FINETUNE and row[key(0, "full_em")] >= 0.99
     best = load_checkpoint(ck / "p0" / "best")
@@ -314,7 +368,6 @@ def test_a_trial_whose_held_out_passed_but_the_full_check_did_not_gets_the_finis
     """The finishers' gate reads whether the trial reached the target (the full check), not
     whether its held-out figure is below it; a trial that reached it, or is far off, is not."""
     pytest.importorskip("ray")
-    from arithsweep.core.training.finish import FINISH_FLOOR
     from arithsweep.search.trainable import gets_finishers
 
     assert gets_finishers(False, 0.9929, FINISH_FLOOR)  # held-out 99.29%, check below 99%
