@@ -127,3 +127,47 @@ def test_the_start_point_is_still_tbukic_s_44():
         "model.tie_gate": False, "model.norm_weight": "vector"}
     assert (start["model.d_model"], start["model.d_ff"], start["model.activation"],
             start["model.embed"]) == (3, 2, "swiglu", "arc")
+
+
+# the space's smallest point (14 p) and a gate = a_j up one with arc2 (31 - 1 = 30 p), as the
+# search would build them (arc_init [2.5, -1.2, 0.29]: arc2's radius fixed at 2.5)
+SMALLEST = {**THE_36, "model.d_model": 2, "model.d_ff": 1, "model.activation": "relu",
+            "model.tie_k": "q", "model.mlp_down": "up_t", "model.embed": "arc2",
+            "model.norm_weight": "scalar", "model.qk_norm": "scalar"}
+GATE_VEC = {**THE_36, "model.mlp_down": "up_t", "model.tie_gate": True,
+            "model.gate_scale": "vector", "model.embed": "arc2"}
+
+
+def _model_cfg(point: dict) -> ModelConfig:
+    config = RayDefineByRun(SPACE)(_PointTrial(point))
+    return ModelConfig(vocab_size=10, n_ctx=34, **{k.removeprefix("model."): v
+                                                  for k, v in config.items()
+                                                  if k.startswith("model.")})
+
+
+@pytest.mark.parametrize(("point", "want"), [(SMALLEST, 14), (GATE_VEC, 30)])
+def test_new_points_round_trip_and_export_under_adderboard_s_count(tmp_path, point, want):
+    """A checkpoint keeps the logits; AdderBoard's checker counts the exported model itself."""
+    import torch
+
+    from arithsweep.core.data.tasks import get_task
+    from arithsweep.core.hashing import sha256_file
+    from arithsweep.core.model.checkpoint import load_checkpoint, save_checkpoint
+    from arithsweep.core.model.model import ArithTransformer
+    from arithsweep.leaderboard.adderboard import export_adderboard
+    from arithsweep.leaderboard.adderboard_check import EDGE_CASES, check_submission
+
+    cfg = _model_cfg(point)
+    model = ArithTransformer(cfg, k=1, seeds=[5])
+    assert model.embed.arc[0].tolist() == pytest.approx([-1.2, 0.29])  # arc2: start, stride
+    task = get_task("add10", "pad,revans,revops,delim,zeros")
+    save_checkpoint(tmp_path / "ck", model, task)
+    ck = load_checkpoint(tmp_path / "ck")
+    tokens = torch.randint(0, 10, (3, 34), generator=torch.Generator().manual_seed(0))
+    assert ck.params == want and torch.equal(ck.model(tokens), model(tokens))
+    row = {"id": 1, "task": "add10", "params": want, "checkpoint_path": str(tmp_path / "ck"),
+           "sha256": sha256_file(tmp_path / "ck" / "model.safetensors"),
+           "model_config": cfg.to_dict(), "architecture": cfg.summary()}
+    export_adderboard(row, tmp_path / "sub" / "add10.py")
+    res = check_submission(tmp_path / "sub" / "add10.py", limit=len(EDGE_CASES))
+    assert res.params == want and res.total == len(EDGE_CASES)
