@@ -232,6 +232,11 @@ FEATURES = {  # name -> ModelConfig fields on add3 (pad format)
                                              pos="rope", qk_norm="scalar",
                                              qk_norm_pattern=[1, 0.25, 0, -1], tie_k="rotated",
                                              mlp_down="up_t_rot", d_ff=6),
+    "swiglu-gate-per-unit-arc2": dict(d_model=8, n_heads=1, activation="swiglu", tie_gate=True,
+                                      gate_scale="vector", embed="arc2",
+                                      arc_init=[2.5, -1.2, 0.29]),
+    "swiglu-gate-equals-up": dict(d_model=8, n_heads=1, activation="swiglu", tie_gate=True,
+                                  gate_scale="none", mlp_down="up_t"),
     "learned-qk-from-tokens": dict(d_model=6, d_embed=4, n_heads=1, d_head=3, d_vhead=3,
                                    qk_from_tokens=True, embed="arc"),
 }

@@ -60,7 +60,7 @@ KNOWN = frozenset({
     "n_loops", "input_injection", "loop_mix", "rank", "tie_kv", "n_kv_heads", "norm_weight",
     "qk_norm", "qk_norm_pattern", "rope_pairs", "tie_k", "tie_v", "tie_o", "rank_q", "rank_k",
     "rank_v", "rank_o", "rank_mlp", "embed", "arc_init", "init_std", "d_embed",
-    "split_positions", "v_from_tokens", "mlp_down", "tie_gate", "qk_from_tokens",
+    "split_positions", "v_from_tokens", "mlp_down", "tie_gate", "gate_scale", "qk_from_tokens",
     "qk_from_positions", "places", "place_learned", "unembed_head", "v_from_head",
 })
 
