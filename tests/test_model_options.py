@@ -299,6 +299,7 @@ def test_a_pattern_is_read_only_with_qk_norm_scalar():
     # as arc_init only with embed arc: a space may fix it beside a searched qk_norm
     cfg = t36(qk_norm="shared", qk_norm_pattern=[1, 2])
     assert count_params(cfg) == 36 and "qkn-shared" in cfg.summary()
+    assert cfg == t36(qk_norm="shared")  # kept only where it is read: the same model
     assert t36(qk_norm="scalar", qk_norm_pattern=[1, 0, 0, 2]).qk_norm_pattern == [1.0, 0, 0, 2]
     assert ModelConfig.from_dict(t36(**ALL_TIES).to_dict()) == t36(**ALL_TIES)
 

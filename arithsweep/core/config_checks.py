@@ -95,8 +95,11 @@ def check_frontier(cfg, need) -> None:
              "needs d_embed < d_model (Q and K read the first d_embed dims)")
         need(not cfg.qk_from_positions, "qk_from_tokens",
              "Q and K read the tokens or the positions, not both: drop qk_from_positions")
-    if cfg.qk_norm_pattern is not None:
-        cfg.qk_norm_pattern = _pattern(cfg, need)
+    if cfg.qk_norm_pattern is not None:  # checked, then kept only where it is read: a space
+        # fixes it beside a searched qk_norm, and a head / shared model is the same model
+        # without it (a board entry's point in the space must not differ by it)
+        pattern = _pattern(cfg, need)
+        cfg.qk_norm_pattern = pattern if cfg.qk_norm == "scalar" else None
 
 
 def _pattern(cfg, need) -> list[float]:
