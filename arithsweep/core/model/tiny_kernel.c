@@ -31,6 +31,15 @@ typedef vf vf_in __attribute__((aligned(4)));
 enum { F_POS = 1, F_NORM = 2, F_QKNORM = 4, F_ROPE = 8, F_ROPE_IL = 16, F_FINAL = 32,
        F_RELU = 64, F_SWIGLU = 128, F_GELU = 256, F_LAYER = 512, F_NBIAS = 1024 };
 
+/* forced inlining: a tile specialised for fixed widths (see `run`) must see them in every
+ * helper, where its small loops unroll and its accumulators stay in registers */
+#define INLINE inline __attribute__((always_inline))
+/* A width known at compile time (a specialised tile) and at most ACC is accumulated in
+ * local arrays, which then live in registers; each sum still adds its terms in the same
+ * order, so the bits do not change. Runtime widths keep the plain loops (faster there). */
+#define ACC 16
+#define FIXED(w) (__builtin_constant_p(w) && (w) <= ACC)
+
 static inline vf vsplat(float x) { return (vf){0} + x; }
 static inline vf vmax(vf a, vf b) { vi m = a > b; return (vf)((m & (vi)a) | (~m & (vi)b)); }
 static inline vf vmin(vf a, vf b) { vi m = a < b; return (vf)((m & (vi)a) | (~m & (vi)b)); }
@@ -40,7 +49,9 @@ static inline vf vsel(vi m, vf a) { return (vf)(m & (vi)a); } /* a where m, else
 static inline vf vexp(vf x) {
     x = vmin(vmax(x, vsplat(-87.0f)), vsplat(88.0f));
     vf z = x * 1.44269504088896341f;
-    vi n = __builtin_convertvector(z + vsel(z < 0, vsplat(-0.5f)) + vsel(z >= 0, vsplat(0.5f)), vi);
+    /* round half away from zero: z + copysign(0.5, z), truncated (the same n as adding
+     * -0.5 below zero and 0.5 from zero up) */
+    vi n = __builtin_convertvector(z + (vf)(((vi)z & ((vi){0} + INT32_MIN)) | (vi)vsplat(0.5f)), vi);
     vf nf = __builtin_convertvector(n, vf);
     vf r = x - nf * 0.693359375f + nf * 2.12194440e-4f;
     vf p = vsplat(1.9875691500e-4f);
@@ -118,7 +129,7 @@ void tiny_offsets(const int *dims, int *out) {
 
 /* y = x * r, r = 1/sqrt(mean(x^2) + eps), over a vector of width w; `center`: x - mean(x)
  * in place of x (LayerNorm). */
-static void rms_fwd(const vf *x, vf *y, vf *r, int w, float eps, int center) {
+static INLINE void rms_fwd(const vf *x, vf *y, vf *r, int w, float eps, int center) {
     vf acc = {0}, mu = {0};
     if (center) {
         for (int j = 0; j < w; j++) mu += x[j];
@@ -130,7 +141,7 @@ static void rms_fwd(const vf *x, vf *y, vf *r, int w, float eps, int center) {
 }
 
 /* Backward of rms_fwd: dx += r * (dy - y * mean(dy * y)), and - mean(dy) when centred. */
-static void rms_bwd(const vf *y, vf r, const vf *dy, vf *dx, int w, int center) {
+static INLINE void rms_bwd(const vf *y, vf r, const vf *dy, vf *dx, int w, int center) {
     vf m = {0}, md = {0};
     for (int j = 0; j < w; j++) {
         m += dy[j] * y[j];
@@ -142,12 +153,12 @@ static void rms_bwd(const vf *y, vf r, const vf *dy, vf *dx, int w, int center) 
 }
 
 /* A block norm's affine part: h = g * y (+ b). */
-static void affine(const vf *y, vf *h, const float *g, const float *b, int w) {
+static INLINE void affine(const vf *y, vf *h, const float *g, const float *b, int w) {
     for (int j = 0; j < w; j++) h[j] = b ? y[j] * g[j] + b[j] : y[j] * g[j];
 }
 
 /* ... and its backward: gg += dh * y, gb += dh, dy = dh * g. */
-static void affine_bwd(const vf *y, const vf *dh, const float *g, vf *gg, vf *gb, vf *dy,
+static INLINE void affine_bwd(const vf *y, const vf *dh, const float *g, vf *gg, vf *gb, vf *dy,
                        int w) {
     for (int j = 0; j < w; j++) {
         gg[j] += dh[j] * y[j];
@@ -157,7 +168,7 @@ static void affine_bwd(const vf *y, const vf *dh, const float *g, vf *gg, vf *gb
 }
 
 /* out[o] (+)= sum_i W[o][i] in[i], W (no, ni) row-major. */
-static void matvec(const float *W, const vf *in, vf *out, int no, int ni, int acc) {
+static INLINE void matvec(const float *W, const vf *in, vf *out, int no, int ni, int acc) {
     for (int o = 0; o < no; o++) {
         vf a = acc ? out[o] : (vf){0};
         for (int i = 0; i < ni; i++) a += W[o * ni + i] * in[i];
@@ -166,8 +177,21 @@ static void matvec(const float *W, const vf *in, vf *out, int no, int ni, int ac
 }
 
 /* din[i] += sum_o W[o][i] dout[o] (din may be NULL); gW[o][i] += dout[o] in[i] per lane. */
-static void matvec_bwd(const float *W, const vf *in, const vf *dout, vf *din, vf *gW, int no,
+static INLINE void matvec_bwd(const float *W, const vf *in, const vf *dout, vf *din, vf *gW, int no,
                        int ni) {
+    if (din && FIXED(ni)) { /* din, in and dout in locals: gW's stores cannot touch them */
+        vf a[ACC], x[ACC];
+        for (int i = 0; i < ni; i++) a[i] = din[i], x[i] = in[i];
+        for (int o = 0; o < no; o++) {
+            const vf g = dout[o];
+            for (int i = 0; i < ni; i++) {
+                gW[o * ni + i] += g * x[i];
+                a[i] += W[o * ni + i] * g;
+            }
+        }
+        for (int i = 0; i < ni; i++) din[i] = a[i];
+        return;
+    }
     for (int o = 0; o < no; o++)
         for (int i = 0; i < ni; i++) {
             gW[o * ni + i] += dout[o] * in[i];
@@ -176,7 +200,7 @@ static void matvec_bwd(const float *W, const vf *in, const vf *dout, vf *din, vf
 }
 
 /* RoPE on one head of width w at position t, in place; sign -1 turns back (the backward). */
-static void rope_apply(vf *x, const float *cs, const float *sn, int t, int Trope, int w, int il,
+static INLINE void rope_apply(vf *x, const float *cs, const float *sn, int t, int Trope, int w, int il,
                        float sign) {
     int half = w / 2;
     for (int i = 0; i < half; i++) {
@@ -189,7 +213,7 @@ static void rope_apply(vf *x, const float *cs, const float *sn, int t, int Trope
 }
 
 /* QK-norm then RoPE of one head: raw -> hat (normed, unweighted), r, out (what attention reads) */
-static void qk_fwd(const Dims *D, const vf *raw, vf *hat, vf *r, vf *out, const float *w,
+static INLINE void qk_fwd(const Dims *D, const vf *raw, vf *hat, vf *r, vf *out, const float *w,
                    const float *cs, const float *sn, int t, float eps) {
     int qk = D->qk;
     if (D->flags & F_QKNORM) {
@@ -202,7 +226,7 @@ static void qk_fwd(const Dims *D, const vf *raw, vf *hat, vf *r, vf *out, const 
 }
 
 /* ... and back: d (gradient at `out`, overwritten) -> gradient at `raw`; gw += weight grads */
-static void qk_bwd(const Dims *D, vf *d, const vf *hat, vf r, const float *w, vf *gw,
+static INLINE void qk_bwd(const Dims *D, vf *d, const vf *hat, vf r, const float *w, vf *gw,
                    const float *cs, const float *sn, int t, vf *scratch) {
     int qk = D->qk;
     if (D->flags & F_ROPE) rope_apply(d, cs, sn, t, D->Trope, qk, D->flags & F_ROPE_IL, -1.0f);
@@ -233,7 +257,7 @@ static size_t ws_size(const Dims *D) { /* vf count of `tile`'s workspace */
  * gradient per lane. tok (Ti + 1) vi rows, mask Tq rows. With `zout` (evaluation) only the
  * forward runs: the answer positions' logits go to zout (Tq, V, L) and nothing else is
  * written (mask, gl and loss are not read). */
-static void tile(const Dims *D, const Offs *O, const Weights *W, const vi_in *tok,
+static INLINE void tile(const Dims *D, const Offs *O, const Weights *W, const vi_in *tok,
                  const vf_in *mask, const float *cs, const float *sn, float eps, float scale,
                  vf *gl, vf *loss, vf *ws, float *zout) {
     const int Ti = D->Ti, s = D->s, Tq = Ti - D->s, d = D->d, H = D->H, Hkv = D->Hkv;
@@ -307,10 +331,18 @@ static void tile(const Dims *D, const Offs *O, const Weights *W, const vi_in *to
             sum = 1.0f / sum;
             for (int u = 0; u <= t; u++) pp[u] *= sum;
             vf *oo = o + i * no + hh * vh;
-            for (int c = 0; c < vh; c++) {
-                vf a = {0};
-                for (int u = 0; u <= t; u++) a += pp[u] * vv[u * nv + hk * vh + c];
-                oo[c] = a;
+            if (FIXED(vh)) { /* the vh sums side by side, each over u in order */
+                vf a[ACC];
+                for (int c = 0; c < vh; c++) a[c] = (vf){0};
+                for (int u = 0; u <= t; u++)
+                    for (int c = 0; c < vh; c++) a[c] += pp[u] * vv[u * nv + hk * vh + c];
+                for (int c = 0; c < vh; c++) oo[c] = a[c];
+            } else {
+                for (int c = 0; c < vh; c++) {
+                    vf a = {0};
+                    for (int u = 0; u <= t; u++) a += pp[u] * vv[u * nv + hk * vh + c];
+                    oo[c] = a;
+                }
             }
         }
         vf *xa = x1 + i * d, *xb = x2 + i * d, *hff = hf + i * d;
@@ -432,13 +464,28 @@ static void tile(const Dims *D, const Offs *O, const Weights *W, const vi_in *to
                 dp[u] = a;
                 pdp += pp[u] * a;
             }
-            for (int u = 0; u <= t; u++) { /* softmax backward, then both score products */
-                vf ds = pp[u] * (dp[u] - pdp) * scale;
-                const vf *k = kr + u * nk + hk * qk;
-                vf *dk = dkr + u * nk + hk * qk;
-                for (int c = 0; c < qk; c++) {
-                    dq[c] += ds * k[c];
-                    dk[c] += ds * q[c];
+            if (FIXED(qk)) { /* q and dq in locals: dk's stores cannot touch them */
+                vf qa[ACC], dqa[ACC];
+                for (int c = 0; c < qk; c++) qa[c] = q[c], dqa[c] = dq[c];
+                for (int u = 0; u <= t; u++) { /* softmax backward, both score products */
+                    vf ds = pp[u] * (dp[u] - pdp) * scale;
+                    const vf *k = kr + u * nk + hk * qk;
+                    vf *dk = dkr + u * nk + hk * qk;
+                    for (int c = 0; c < qk; c++) {
+                        dqa[c] += ds * k[c];
+                        dk[c] += ds * qa[c];
+                    }
+                }
+                for (int c = 0; c < qk; c++) dq[c] = dqa[c];
+            } else {
+                for (int u = 0; u <= t; u++) {
+                    vf ds = pp[u] * (dp[u] - pdp) * scale;
+                    const vf *k = kr + u * nk + hk * qk;
+                    vf *dk = dkr + u * nk + hk * qk;
+                    for (int c = 0; c < qk; c++) {
+                        dq[c] += ds * k[c];
+                        dk[c] += ds * q[c];
+                    }
                 }
             }
             int c0 = i * nq + hh * qk;
@@ -471,6 +518,40 @@ static void tile(const Dims *D, const Offs *O, const Weights *W, const vi_in *to
     }
 }
 
+typedef void (*TileFn)(const Dims *, const Offs *, const Weights *, const vi_in *,
+                       const vf_in *, const float *, const float *, float, float, vf *, vf *,
+                       vf *, float *);
+
+static void tile_any(const Dims *D, const Offs *O, const Weights *W, const vi_in *tok,
+                     const vf_in *mask, const float *cs, const float *sn, float eps,
+                     float scale, vf *gl, vf *loss, vf *ws, float *zout) {
+    tile(D, O, W, tok, mask, cs, sn, eps, scale, gl, loss, ws, zout);
+}
+
+/* The same tile with its widths (d, one head of qk and vh, ff) as constants: the compiler
+ * unrolls every loop over a width and keeps those vectors in registers. The arithmetic and
+ * its order are tile's, so the numbers are the same bits as tile_any's. */
+#define TILE_FIXED(name, d_, qk_, vh_, ff_)                                                  \
+    static void name(const Dims *D, const Offs *O, const Weights *W, const vi_in *tok,      \
+                     const vf_in *mask, const float *cs, const float *sn, float eps,         \
+                     float scale, vf *gl, vf *loss, vf *ws, float *zout) {                   \
+        Dims C = *D;                                                                         \
+        C.d = d_, C.qk = qk_, C.vh = vh_, C.ff = ff_, C.H = 1, C.Hkv = 1;                    \
+        tile(&C, O, W, tok, mask, cs, sn, eps, scale, gl, loss, ws, zout);                   \
+    }
+/* the AdderBoard frontier's widths: the 36-, 44- and 87-p adders (d 3, head 4, d_ff 2) and
+ * the 60-p one (d_ff 4) */
+TILE_FIXED(tile_d3_h4_ff2, 3, 4, 4, 2)
+TILE_FIXED(tile_d3_h4_ff4, 3, 4, 4, 4)
+
+static TileFn pick_tile(const Dims *D) {
+    if (D->d == 3 && D->qk == 4 && D->vh == 4 && D->H == 1 && D->Hkv == 1) {
+        if (D->ff == 2) return tile_d3_h4_ff2;
+        if (D->ff == 4) return tile_d3_h4_ff4;
+    }
+    return tile_any;
+}
+
 /* Chunks[0 .. n) of work, each (member, first tile, end tile, slot): grad[slot][G] = the
  * gradient of sum(mask * ce) over those tiles, loss[slot] = that sum. A chunk's result does
  * not depend on which thread ran it or what else ran, so the caller's fixed-order sum of a
@@ -498,6 +579,7 @@ static void run(const int *dims, float eps, float scale, const int32_t *chunks, 
         if (!keep) return; /* out of memory: the caller sees a NaN loss (its buffers are NaN) */
     }
     vf *ws = keep, *gl = keep + ws_size(D);
+    const TileFn tile_fn = pick_tile(D);
     for (int c = 0; c < n; c++) {
         const int k = chunks[4 * c], slot = chunks[4 * c + 3];
         const float *wk[18];
@@ -509,7 +591,7 @@ static void run(const int *dims, float eps, float scale, const int32_t *chunks, 
         memset(gl, 0, sizeof(vf) * (size_t)O.G);
         for (int t = chunks[4 * c + 1]; t < chunks[4 * c + 2]; t++) {
             size_t it = (size_t)k * D->nT + t;
-            tile(D, &O, &Wt, (const vi_in *)(tok + it * (Ti + 1) * L),
+            tile_fn(D, &O, &Wt, (const vi_in *)(tok + it * (Ti + 1) * L),
                  mask ? (const vf_in *)(mask + it * Tq * L) : NULL, cs, sn, eps, scale, gl,
                  &lossl, ws, logits ? logits + it * Tq * V * L : NULL);
         }
