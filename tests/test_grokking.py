@@ -1,11 +1,11 @@
 """Grokking-aware stopping: a tiny model at chance whose answer digits are being learnt one by
-one is not a plateau (search/trainable.Plateau)."""
+one is not a plateau (search/plateau.Plateau)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from arithsweep.search.trainable import Plateau, digit_accuracy
+from arithsweep.search.plateau import Plateau, digit_accuracy
 
 
 def test_a_model_at_chance_but_learning_digits_is_not_stopped():

@@ -166,14 +166,15 @@ def test_a_restarted_trial_whose_optuna_trial_was_closed_does_not_end_the_search
 
 
 def test_a_replay_continues_the_state_of_a_cut_trial_that_trained_alone(tmp_path):
-    """Its checkpoint folder goes with the replay (trial_state continues it mid-run); a
-    proposal cut inside a pack has no state of its own and is replayed from step 0."""
+    """Its checkpoint folder goes with the replay (trial_state continues it mid-run), the
+    pack's folder for a proposal cut inside a pack (its part of the pack's state)."""
     alone = _row("a", 51, 0.98, number=6, **{})
     alone.update(pack_size=1, checkpoint=str(tmp_path / "checkpoint_000004" / "best"))
     packed = _row("b.p1", 52, 0.97, number=7)
     packed.update(pack_size=4, checkpoint=str(tmp_path / "checkpoint_000002" / "p1" / "best"))
     cut = cut_near_misses([alone, packed], target=0.99, near_miss=0.25, incumbent=None)
-    assert [c[RESUME_FROM] for c in cut] == [str(tmp_path / "checkpoint_000004"), None]
+    assert [c[RESUME_FROM] for c in cut] == [str(tmp_path / "checkpoint_000004"),
+                                             str(tmp_path / "checkpoint_000002")]
     url = f"sqlite:///{tmp_path / 'o.db'}"
     import optuna
 
@@ -183,4 +184,42 @@ def test_a_replay_continues_the_state_of_a_cut_trial_that_trained_alone(tmp_path
                         distributions={"x": optuna.distributions.FloatDistribution(0, 2)}))
     requeue("s", url, cut)
     waiting = [t for t in study.get_trials() if t.state.name == "WAITING"]
-    assert [t.user_attrs.get(RESUME_FROM) for t in waiting] == [cut[0][RESUME_FROM], None]
+    assert [t.user_attrs.get(RESUME_FROM) for t in waiting] == [c[RESUME_FROM] for c in cut]
+
+
+def test_the_replay_of_a_proposal_cut_inside_a_pack_continues_its_part_of_the_state(
+        monkeypatch, tmp_path):
+    """A pack member the deadline cut is replayed alone from the pack's checkpoint: its
+    members' weights, optimiser and data streams, with its own running best, mid-run (a
+    single trial's rule, `trial_state.TrialState.counters`), not retraced from step 0."""
+    import pytest
+
+    pytest.importorskip("ray")
+    from test_finishers import _fake_tune, _trial_setup
+
+    from arithsweep.search import trainable
+    from arithsweep.search.packs import key
+
+    over = {"steps": 600, "eval_every": 100, "checkpoint_every": 100, "finish_rounds": 0,
+            "target": 1.0}
+    setups = [_trial_setup(lr=lr, **over) for lr in (1e-2, 3e-3)]
+    (tmp_path / "pack").mkdir()
+    pack = _fake_tune(monkeypatch, tmp_path / "pack")
+    trainable.TrialRunner(setups, {"extra_rounds": 0, "patience": 1000}, {}).run()
+    ck, row = next((ck, r) for ck, r in pack.checkpoints if r.get(key(1, "step")) == 300)
+
+    (tmp_path / "replay").mkdir()
+    replay = _fake_tune(monkeypatch, tmp_path / "replay")
+    trainable.TrialRunner([setups[1]], {"extra_rounds": 0, "patience": 1000},
+                          {RESUME_FROM: str(ck), SEEDS_OF: 1}).run()
+    steps = [r["step"] for r in replay.rows if "em" in r]
+    assert steps[0] == 400, steps  # the evaluation after the cut state's, not step 100
+    assert replay.rows[0]["best_em"] >= row[key(1, "best_em")]  # its running best came along
+    last = replay.rows[-1]
+    assert last["step"] == pack.rows[-1][key(1, "step")] == 600
+    # and it trains on as proposal 1 did in the pack, not as proposal 0 (its own members'
+    # part); within a few problems: another layout may split a pack's steps by its size
+    in_pack = {r[key(1, "step")]: r[key(1, "em")] for r in pack.rows if key(1, "em") in r}
+    ems = [r["em"] for r in replay.rows if "em" in r]
+    assert ems == pytest.approx([in_pack[s] for s in steps], abs=0.05)
+    assert last["seeds_trained"] == pack.rows[-1][key(1, "seeds_trained")]

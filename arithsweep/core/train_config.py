@@ -137,10 +137,10 @@ class TrainConfig(DictConfig):
     # fixed TRAINING-split problems (staghado's 122 p: 2,048); 0 = off
     lbfgs_steps: int = 0
     lbfgs_pool: int = 2048
-    # A search trial's near-miss round (search/trainable.next_round): "retrain" its best seed
+    # A search trial's near-miss round (search/rounds.next_round): "retrain" its best seed
     # alone from its own initialisation for twice the steps (add3's 57 p: 98.78% -> 99.52%), or
     # "continue" the best member's best weights (init_from) as min(seeds, 8) members with their
-    # own data, for `steps` more steps from a tenth of the lr the cosine ended at (trainable.
+    # own data, for `steps` more steps from a tenth of the lr the cosine ended at (rounds.
     # CONTINUE_LR_SHARE: from that lr itself a finished model swings), with no curriculum: a
     # grokking recipe's seed retrained on another schedule lost its lottery (add10's 44 p).
     near_miss_round: str = "retrain"

@@ -12,9 +12,10 @@ imports the leaderboard. By job:
                   shrink (the incumbent's one-step-smaller neighbours), verdicts (Optuna's
                   side of a verdict)
     a trial       trial (a sampled config to validated configs, a size, a seed block),
-                  trainable (the Tune trainable: rounds, stop rules, near misses), packs
-                  (several proposals of one shape in one Tune trial), trial_state (its
-                  checkpoints)
+                  trainable (the Tune trainable: one runner for one proposal or a pack),
+                  rounds (a proposal's stop rules, near-miss rounds and rows), plateau (the
+                  plateau rule), packs (several proposals of one shape in one Tune trial),
+                  trial_state (its checkpoints and what a restore continues)
     the verdict   incumbent (verify a trial on the driver once it reaches the target),
                   replay (near misses the deadline cut, trained again first on --resume)
     the record    results (what the trials did), tracking (MLflow, driver side), plots (the

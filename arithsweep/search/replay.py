@@ -11,10 +11,10 @@ it is smaller than the verified incumbent (else the bound would skip it anyway).
 A replay is a new Optuna trial with the cut proposal's params and the user attributes `seeds_of`
 = the cut trial's number, which the trial turns into the cut trial's seed block
 (`trial.SEEDS_OF`), and `resume_from` = the cut trial's last checkpoint folder, whose training
-state it continues from mid-run (`trial_state.RESUME_FROM`) when it trained alone; a proposal
-cut inside a pack has no state of its own, and its replay retraces the cut curve from step 0
-(training is deterministic on one device and thread count) and goes on past the cut. Either
-way it gets the near-miss rounds and the polish like any proposal. Driver side only:
+state it continues from mid-run (`trial_state.RESUME_FROM`): its own state, or where it was cut
+inside a pack, its members' part of the pack's state with its own counters
+(`TrialState.counters`). The replay trains alone and gets the near-miss rounds and the polish
+like any proposal. Driver side only:
 
     from arithsweep.search.replay import cut_near_misses
     cut_near_misses(summary["trials"], target=0.99, near_miss=0.25, incumbent=57)
@@ -48,11 +48,12 @@ def cut_near_misses(rows: list[dict[str, Any]], target: float, near_miss: float,
                 or number is None or params <= 0 or best < target - near_miss
                 or (incumbent is not None and params >= incumbent)):
             continue
-        ckpt = r.get("checkpoint")
-        alone = int(r.get("pack_size") or 1) == 1 and ckpt
+        ckpt = r.get("checkpoint")  # <checkpoint>/best, or <checkpoint>/p<j>/best in a pack
+        folder = (Path(ckpt).parents[0 if int(r.get("pack_size") or 1) == 1 else 1]
+                  if ckpt else None)
         out.append({"trial_id": r["trial_id"], "params": params, "best_em": best,
                     "trial_number": int(number), SEEDS_OF: seeds_trial(config),
-                    RESUME_FROM: str(Path(ckpt).parent) if alone else None})
+                    RESUME_FROM: str(folder) if folder else None})
     return sorted(out, key=lambda c: (-c["best_em"], c["params"]))
 
 

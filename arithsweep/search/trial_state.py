@@ -30,7 +30,13 @@ from typing import Any
 from ray import tune
 
 from arithsweep.core.errors import ArithsweepError
-from arithsweep.core.training.resume import Checkpointing, RunState, latest_state, same_run
+from arithsweep.core.training.resume import (
+    Checkpointing,
+    RunState,
+    latest_state,
+    proposal_state,
+    same_run,
+)
 from arithsweep.search.trial import RESUME_FROM
 
 STATE = "state"  # a trial checkpoint's training-state folder, beside best/
@@ -92,17 +98,52 @@ class TrialState:
             shutil.copytree(src, self.rounds_best, dirs_exist_ok=True)
         return state
 
-    def rounds_best_em(self) -> float:
-        """The held-out exact match of the finished rounds' best model (-1 if none)."""
-        try:
-            doc = json.loads((self.rounds_best / "config.json").read_text())
-            return float((doc.get("metrics") or {}).get("eval_exact_match", -1.0))
-        except (OSError, ValueError, TypeError):
+    def rounds_best_em(self, path: Path | None = None) -> float:
+        """The held-out exact match of the finished rounds' best model (-1 if none); `path`:
+        a pack proposal's (rounds_best/p<j>)."""
+        return _saved_em(path or self.rounds_best)
+
+    def legacy_best(self, sub: str = "") -> float:
+        """A restored checkpoint without a training state (a search made before states existed)
+        retrains from step 0 but keeps its earlier best: the exact match in its
+        `sub`/best/config.json (-1 if there is none)."""
+        ckpt = tune.get_checkpoint()
+        if ckpt is None:
             return -1.0
+        with ckpt.as_directory() as d:
+            return _saved_em(Path(d) / sub / "best")
 
     def extra(self) -> dict[str, Any]:
         """The caller's counters saved with the restored state ({} if it starts afresh)."""
         return dict(self.restored.doc.get("extra", {})) if self.restored else {}
+
+    def counters(self, ids: list[int]) -> tuple[list[dict[str, Any]], list[int]]:
+        """Each proposal's counters saved with the restored state ({} each on a fresh start),
+        and the proposals the state's training call was training. `ids`: each proposal's
+        seed trial (`trial.seeds_trial`). A replay of one proposal of a pack the deadline cut
+        takes that proposal's counters, its members' state (`proposal_state`) and its rounds'
+        best model; a state that fits no proposal here is dropped (train from step 0)."""
+        saved, busy = _counters(self.extra())
+        if saved is None:
+            return [{} for _ in ids], []
+        if [s.get("seeds_of", i) for s, i in zip(saved, ids)] == ids and len(saved) == len(ids):
+            return saved, busy
+        k = next((k for k, s in enumerate(saved) if len(ids) == 1
+                  and s.get("seeds_of") == ids[0]), None)
+        if k is None or self.restored is None:
+            self.restored = None
+            return [{} for _ in ids], []
+        if k not in busy:  # it was waiting for its next round: its state is another's
+            self.restored = None
+        elif len(busy) > 1:
+            self.restored = proposal_state(self.restored, busy.index(k))
+        own = self.rounds_best / f"p{k}"
+        if own.is_dir():  # its rounds' best model becomes the trial's own
+            own = own.rename(self.dir / ROUNDS_BEST)
+        shutil.rmtree(self.rounds_best, ignore_errors=True)
+        if own.is_dir():
+            own.rename(self.rounds_best)
+        return [saved[k]], [0] if k in busy else []
 
     def checkpointing(self, cfg: Any, extra: Callable[[], dict[str, Any]],
                       resume: bool = True, model_cfg: Any = None,
@@ -144,3 +185,28 @@ class TrialState:
 
     def close(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _saved_em(best: Path) -> float:
+    """The held-out exact match in a saved model's config.json (-1 if none)."""
+    try:
+        doc = json.loads((best / "config.json").read_text())
+        return float((doc.get("metrics") or {}).get("eval_exact_match", -1.0))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return -1.0
+
+
+def _counters(extra: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, list[int]]:
+    """(each proposal's counters, the proposals in training) of a state's "extra"; a state
+    written before a single proposal was a pack of one kept "trial" (one) or "pack" (lists)."""
+    if "proposals" in extra:
+        return list(extra["proposals"]), list(extra.get("busy") or [])
+    if "trial" in extra:
+        return [dict(extra["trial"])], [0]
+    if "pack" in extra:
+        old = extra["pack"]
+        saved = [{"best": b, "reason": r} for b, r in zip(old["best"], old["reasons"])]
+        for s, p in zip(saved, old.get("plateaus", [])):
+            s["plateau"] = p
+        return saved, list(range(len(saved)))
+    return None, []

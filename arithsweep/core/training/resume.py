@@ -191,3 +191,28 @@ def sub(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor
 
 def prefixed(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
     return {prefix + k: v for k, v in tensors.items()}
+
+
+# the tensors of a pack's state stacked on its K members (population._PackRun.state)
+_PER_MEMBER = ("model.", "opt.m", "opt.v", "grokfast.")
+_MEMBER_ROWS = ("opt.wd", "alive", "running", "loss_sum")
+
+
+def proposal_state(state: RunState, j: int) -> RunState:
+    """Proposal j's part of a pack's state, as the state of a run that trained it alone: the
+    replay of one proposal a search deadline cut inside a pack continues from it. The pack's
+    tensors are stacked on its members (proposal j's are `o:o+n`, its seeds), each proposal's
+    data streams and result are its own (`data.<j>.`, `result<j>.`)."""
+    counts = [int(t["seeds"]) for t in state.doc["train"]]
+    o, n = sum(counts[:j]), counts[j]
+    t = {k: v[o:o + n] for k, v in state.tensors.items()
+         if k.startswith(_PER_MEMBER) or k in _MEMBER_ROWS}
+    t.update({k: state.tensors[k] for k in ("opt.t", "torch_rng") if k in state.tensors})
+    t.update({f"abacus_gen.{i - o}": state.tensors[f"abacus_gen.{i}"] for i in range(o, o + n)
+              if f"abacus_gen.{i}" in state.tensors})
+    t.update(prefixed(sub(state.tensors, f"data.{j}."), "data.0."))
+    t.update(prefixed(sub(state.tensors, f"result{j}."), "result0."))
+    doc, data = dict(state.doc), state.doc["data"]
+    doc.update(train=[doc["train"][j]], results=[doc["results"][j]],
+               data={**data, "streams": [data["streams"][j]], "running": [data["running"][j]]})
+    return RunState(path=state.path, step=state.step, doc=doc, tensors=t)
