@@ -37,7 +37,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +90,27 @@ None when the board holds none. Raises ArithsweepError when the board cannot be 
 builds it from the leaderboard wing (`leaderboard.entry_lookup.smallest_finder`)."""
 
 
+@dataclass
+class _Search:
+    """What a search run is, settled before Ray starts; each step below gets it."""
+
+    opts: SearchOptions
+    t0: float  # when run_search began: the time budget counts from here
+    root: Path
+    name: str
+    sdir: Path  # <root>/<name>
+    task_name: str  # as given (search.json keeps it)
+    task: Any  # core.data.tasks.Task: built once per search
+    target: float
+    space: Any  # spaces.Space
+    stored: dict[str, Any]  # a resumed search's search.json ({} for a new one)
+    start: dict | None  # the entry it starts from, its verified incumbent (None: none)
+    unused: str | None  # why the board's entry could not be used (the note says so)
+    mlflow_uri: str
+    optuna_url: str
+    fresh: bool = False  # its folder did not exist: removed again if Ray or MLflow fail
+
+
 def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = None,
                verifier: Verifier | None = None, find_entry: EntryFinder | None = None,
                note: Callable[[str], None] | None = None,
@@ -104,123 +125,184 @@ def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = N
     one line that says where the search starts ("from entry ..." and how it mapped onto the
     space, or "from the space's start point, not ..." when the board's entry cannot be
     used), before the search starts."""
-    t0 = time.time()
+    s = _settle(opts, time.time(), verifier, find_entry, find_smallest)
+    if note is not None and (s.start is not None or s.unused):
+        note(s.start["note"] if s.start is not None else s.unused)
+    _record(s)
+    with cluster.quiet_logs():
+        summary, before, parent_run = _run(s, on_update, verifier)
+    return _close(s, summary, before, parent_run)
+
+
+def _settle(opts: SearchOptions, t0: float, verifier: Verifier | None,
+            find_entry: EntryFinder | None, find_smallest: BoardFinder | None) -> _Search:
+    """Everything a search is before Ray starts and before any file is written: its name,
+    task, target, space and the entry it starts from. Bad input fails here, in one line."""
+    from arithsweep.core.data.tasks import get_task
+    from arithsweep.search.spaces import default_space, load_space
+
     root = Path(opts.root or Path.cwd() / "searches").expanduser().absolute()
     given = opts.resume or opts.name
     stored = _stored_options(root / given, opts) if given else {}
     # a new search without --target aims where one training run stops (TrainConfig.target)
     target = float(stored.get("target", opts.target if opts.target is not None
                               else TrainConfig.target))
-
-    from arithsweep.core.data.tasks import get_task
-    from arithsweep.search.spaces import default_space, load_space
-
-    if opts.task is not None:
-        get_task(opts.task)  # unknown task: one clear error before anything starts
-    start = values = unused = None
-    if opts.from_entry:  # a new search only (SearchOptions says so): before Ray, before files
-        from arithsweep.search import incumbent
-
-        start, values = incumbent.entry_incumbent(opts.from_entry, opts.task, target,
-                                                  find_entry, verifier)
-    elif find_smallest is not None and not opts.resume and not opts.fresh:
-        from arithsweep.search import incumbent
-
-        start, values, unused = incumbent.board_incumbent(opts.task, target, find_smallest)
-    task = stored.get("task", opts.task or (start or {}).get("task"))
-    name = given or f"{task}-{time.strftime('%Y%m%d-%H%M%S')}"
-    sdir = root / name
+    # an unknown task: one clear error before the board or an entry is looked up
+    task = get_task(opts.task) if opts.task is not None else None
+    start, values, unused = _starting_entry(opts, target, verifier, find_entry, find_smallest)
+    task_name = stored.get("task", opts.task or (start or {}).get("task"))
+    if task is None or task_name != opts.task:
+        task = get_task(task_name)
+    name = given or f"{task_name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if not given:
-        _stored_options(sdir, opts)  # the name must be free
-    mlflow_uri = (stored.get("mlflow_uri") or _abs_tracking_uri(opts.mlflow_uri)
-                  or _abs_sqlite(root / "mlflow.db"))
-    get_task(task)
+        _stored_options(root / name, opts)  # the name must be free
     space = load_space(stored.get("space_path") or opts.space or default_space(task))
     if start is not None:
+        from arithsweep.search.incumbent import start_item
         from arithsweep.search.shrink import map_entry
 
-        start = incumbent.start_item(start, map_entry(space, values, task), space.name)
-    if note is not None and (start is not None or unused):
-        note(start["note"] if start is not None else unused)
-    optuna_url = _abs_sqlite(sdir / "optuna.db")
-    fresh = not opts.resume and not sdir.exists()
-    sdir.mkdir(parents=True, exist_ok=True)
-    if not opts.resume:
-        if space.path.is_file():
-            shutil.copyfile(space.path, sdir / "space.yaml")
-        _write_json(sdir / "search.json", {
-            "name": name, "task": task, "target": target, "space": space.name, "seed": opts.seed,
-            "space_path": str((sdir / "space.yaml") if space.path.is_file() else space.path),
-            "mlflow_uri": mlflow_uri, "optuna_storage": optuna_url, "options": asdict(opts),
-            "command": opts.command, "from_entry": _from_entry_record(start),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "arithsweep_version": __version__,
-            "search_format": SEARCH_FORMAT})
-        if start is not None:  # the starting incumbent, kept like any verified one
-            from arithsweep.search.incumbent import save_verified
+        start = start_item(start, map_entry(space, values, task_name), space.name)
+    sdir = root / name
+    return _Search(
+        opts=opts, t0=t0, root=root, name=name, sdir=sdir, task_name=task_name, task=task,
+        target=target, space=space, stored=stored, start=start, unused=unused,
+        mlflow_uri=(stored.get("mlflow_uri") or _abs_tracking_uri(opts.mlflow_uri)
+                    or _abs_sqlite(root / "mlflow.db")),
+        optuna_url=_abs_sqlite(sdir / "optuna.db"), fresh=not opts.resume and not sdir.exists())
 
-            save_verified(sdir, {start["trial_id"]: _lean(start)})
-    else:  # every resume is recorded, so a published entry can say how the search really ran
-        stored.setdefault("resumes", []).append(
+
+def _starting_entry(opts: SearchOptions, target: float, verifier: Verifier | None,
+                    find_entry: EntryFinder | None, find_smallest: BoardFinder | None
+                    ) -> tuple[dict | None, Any, str | None]:
+    """The entry a new search starts from (--from-entry, else the board's smallest unless
+    --fresh), verified; (entry, its values, why the board's entry is unused)."""
+    if opts.from_entry:  # a new search only (SearchOptions says so)
+        from arithsweep.search.incumbent import entry_incumbent
+
+        start, values = entry_incumbent(opts.from_entry, opts.task, target, find_entry,
+                                        verifier)
+        return start, values, None
+    if find_smallest is not None and not opts.resume and not opts.fresh:
+        from arithsweep.search.incumbent import board_incumbent
+
+        return board_incumbent(opts.task, target, find_smallest)
+    return None, None, None
+
+
+def _record(s: _Search) -> None:
+    """search.json: a new search's settings (and its starting incumbent in verified.json), or
+    one more resume of an old one, so a published entry can say how the search really ran."""
+    opts, space, sdir = s.opts, s.space, s.sdir
+    sdir.mkdir(parents=True, exist_ok=True)
+    if opts.resume:
+        s.stored.setdefault("resumes", []).append(
             {"command": opts.command, "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
              "time_budget": opts.time_budget, "trials": opts.trials})
-        _write_json(sdir / "search.json", stored)
+        _write_json(sdir / "search.json", s.stored)
+        return
+    if space.path.is_file():
+        shutil.copyfile(space.path, sdir / "space.yaml")
+    _write_json(sdir / "search.json", {
+        "name": s.name, "task": s.task_name, "target": s.target, "space": space.name,
+        "seed": opts.seed,
+        "space_path": str((sdir / "space.yaml") if space.path.is_file() else space.path),
+        "mlflow_uri": s.mlflow_uri, "optuna_storage": s.optuna_url, "options": asdict(opts),
+        "command": opts.command, "from_entry": _from_entry_record(s.start),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "arithsweep_version": __version__,
+        "search_format": SEARCH_FORMAT})
+    if s.start is not None:  # the starting incumbent, kept like any verified one
+        from arithsweep.search.incumbent import save_verified
 
-    with cluster.quiet_logs():
-        import ray
+        save_verified(sdir, {s.start["trial_id"]: _lean(s.start)})
 
-        from arithsweep.search import incumbent, replay, run_settings, snapshots, tracking
-        from arithsweep.search.results import retire_waiting
 
+def _run(s: _Search, on_update: Callable[[dict], None] | None,
+         verifier: Verifier | None) -> tuple[SearchSummary, dict, str]:
+    """MLflow and Ray up, the fit, its summary: (summary, the last run's summary.json, the
+    MLflow parent run)."""
+    import ray
+
+    from arithsweep.search import replay, run_settings, snapshots, tracking, tuner
+    from arithsweep.search.results import retire_waiting, summarise
+
+    experiment_id, parent_run, started = _start_services(s)
+    state = _register(s, on_update, verifier)
+    before = _read_json(s.sdir / "summary.json") if s.opts.resume else {}
+    # the trials' rule (a resumed Tuner keeps the constants it was started with)
+    near = float((s.stored.get("options") or {}).get("near_miss", s.opts.near_miss))
+    try:
+        if s.opts.resume and (s.sdir / TUNE_DIR).is_dir():  # a snapshot cut off by the kill
+            snapshots.repair(s.sdir / TUNE_DIR)
+        replayed = replay.prepare_resume(s.opts, s.sdir / TUNE_DIR, s.optuna_url, s.target,
+                                         near, before, state)
+        results = tuner.fit(s, s.sdir / TUNE_DIR, experiment_id, parent_run)
+        summary = summarise(s, results, experiment_id, state, near)
+        summary.replayed = replayed
+        retire_waiting(s.name, s.optuna_url)
+    except BaseException:
+        # Killed or broken: the parent run says so; `resume` continues where Tune saved.
+        tracking.mlflow_client(s.mlflow_uri).set_terminated(parent_run, "KILLED")
+        raise
+    finally:
+        run_settings.unregister(s.name)
+        if started:
+            ray.shutdown()
+    return summary, before, parent_run
+
+
+def _start_services(s: _Search) -> tuple[str, str, bool]:
+    """The search's MLflow experiment and parent run, and Ray (started or joined): (experiment
+    id, parent run id, whether this call started Ray). A new search whose MLflow or Ray fails
+    leaves no folder: its name stays free for the corrected command."""
+    from arithsweep.search import tracking
+
+    try:
         try:
-            try:
-                experiment_id, parent_run = tracking.mlflow_setup(
-                    mlflow_uri, root, task, name, space.name, target, bool(opts.resume))
-            except Exception as exc:  # unreachable server, bad URI, locked file
-                raise ArithsweepError(
-                    f"MLflow at {mlflow_uri}: {cluster.first_line(exc)}") from None
-            started = cluster.ray_up(opts)
-        except BaseException:
-            if fresh:  # nothing ran: the name stays free for the corrected command
-                shutil.rmtree(sdir, ignore_errors=True)
-            raise
-        deadline = t0 + opts.time_budget if opts.time_budget else None  # startup counts
-        verified = incumbent.load_verified(sdir)  # a resumed search keeps its incumbent
-        state = run_settings.register(name, run_settings.DriverState(
-            trials=opts.trials, deadline=deadline, on_update=on_update, verifier=verifier,
-            max_params=opts.max_params, frontier=opts.frontier, verified=verified,
-            incumbent=incumbent.incumbent_of(verified)))
-        if on_update is not None:  # every live event says where the search stands
-            state.on_update = lambda event: on_update(
-                {**event, "search": _progress(name, t0, opts, state)})
-            run_settings.emit(name, {"event": "search", "trial_id": None})  # before any trial
-        before = _read_json(sdir / "summary.json") if opts.resume else {}
-        # the trials' rule (a resumed Tuner keeps the constants it was started with)
-        near = float((stored.get("options") or {}).get("near_miss", opts.near_miss))
-        try:
-            if opts.resume and (sdir / TUNE_DIR).is_dir():  # a snapshot cut off by the kill
-                snapshots.repair(sdir / TUNE_DIR)
-            replayed = replay.prepare_resume(opts, sdir / TUNE_DIR, optuna_url, target, near,
-                                             before, state)
-            results = _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri,
-                           experiment_id, parent_run)
-            summary = _finish(opts, name, sdir, task, target, results, mlflow_uri,
-                              experiment_id, optuna_url, state, near)
-            summary.replayed = replayed
-            retire_waiting(name, optuna_url)
-        except BaseException:
-            # Killed or broken: the parent run says so; `resume` continues where Tune saved.
-            tracking.mlflow_client(mlflow_uri).set_terminated(parent_run, "KILLED")
-            raise
-        finally:
-            run_settings.unregister(name)
-            if started:
-                ray.shutdown()
-    summary.from_entry = stored.get("from_entry") if opts.resume else _from_entry_record(start)
-    summary.wall_time = round(time.time() - t0, 2)
+            experiment_id, parent_run = tracking.mlflow_setup(
+                s.mlflow_uri, s.root, s.task_name, s.name, s.space.name, s.target,
+                bool(s.opts.resume))
+        except Exception as exc:  # unreachable server, bad URI, locked file
+            raise ArithsweepError(
+                f"MLflow at {s.mlflow_uri}: {cluster.first_line(exc)}") from None
+        return experiment_id, parent_run, cluster.ray_up(s.opts)
+    except BaseException:
+        if s.fresh:
+            shutil.rmtree(s.sdir, ignore_errors=True)
+        raise
+
+
+def _register(s: _Search, on_update: Callable[[dict], None] | None,
+              verifier: Verifier | None) -> Any:
+    """The running search's state (run_settings.DriverState), which its searcher, stoppers and
+    callbacks read by name: deadline, incumbent (a resumed search keeps its own), verifier."""
+    from arithsweep.search import incumbent, run_settings
+
+    opts = s.opts
+    deadline = s.t0 + opts.time_budget if opts.time_budget else None  # startup counts
+    verified = incumbent.load_verified(s.sdir)
+    state = run_settings.register(s.name, run_settings.DriverState(
+        trials=opts.trials, deadline=deadline, on_update=on_update, verifier=verifier,
+        max_params=opts.max_params, frontier=opts.frontier, verified=verified,
+        incumbent=incumbent.incumbent_of(verified)))
+    if on_update is not None:  # every live event says where the search stands
+        state.on_update = lambda event: on_update(
+            {**event, "search": _progress(s.name, s.t0, opts, state)})
+        run_settings.emit(s.name, {"event": "search", "trial_id": None})  # before any trial
+    return state
+
+
+def _close(s: _Search, summary: SearchSummary, before: dict, parent_run: str) -> SearchSummary:
+    """summary.json and the MLflow parent run's record, with this run's and all runs' time."""
+    from arithsweep.search import tracking
+
+    opts = s.opts
+    summary.from_entry = (s.stored.get("from_entry") if opts.resume
+                          else _from_entry_record(s.start))
+    summary.wall_time = round(time.time() - s.t0, 2)
     summary.total_wall_time = round(summary.wall_time + float(
         before.get("total_wall_time") or before.get("wall_time") or 0.0), 2)
-    _write_json(sdir / "summary.json", summary.to_dict())
-    tracking.mlflow_close(mlflow_uri, parent_run, summary, sdir)
+    _write_json(s.sdir / "summary.json", summary.to_dict())
+    tracking.mlflow_close(s.mlflow_uri, parent_run, summary, s.sdir)
     return summary
 
 
@@ -276,142 +358,6 @@ def _stored_options(sdir: Path, opts: SearchOptions) -> dict[str, Any]:
             raise ConfigError(f"cannot resume {sdir.name!r} with {key}={given!r}: it was "
                               f"started with {key}={stored.get(key)!r}")
     return stored
-
-
-def _fit(opts, name, sdir, task, target, space, optuna_url, mlflow_uri, experiment_id,
-         parent_run):
-    import ray
-    from ray import tune
-    from ray.tune.stopper import CombinedStopper
-
-    from arithsweep.search import incumbent, live, run_settings, searcher, snapshots, tracking
-    from arithsweep.search.options import resources_per_trial
-    from arithsweep.search.packs import PackKeyer
-    from arithsweep.search.trainable import run_trial
-    from arithsweep.search.trial import (
-        CONST_KEY,
-        SEED_RULE,
-        SEED_SCHEME,
-        STEPS_DIGITS,
-        STEPS_RULE,
-        ProposalSizer,
-        describe_trial,
-    )
-
-    avail = ray.cluster_resources()
-    gpus, per_trial = resources_per_trial(opts, avail.get("GPU", 0))
-    fits = int(avail.get("CPU", 1) // opts.cpus_per_trial) or 1
-    if gpus:
-        fits = min(fits, int(avail.get("GPU", 0) // gpus) or 1)
-    concurrency = opts.concurrency or max(1, fits)
-    trainable = tune.with_resources(run_trial, {"cpu": opts.cpus_per_trial, "gpu": gpus})
-    exp_dir = sdir / TUNE_DIR
-
-    if opts.resume and tune.Tuner.can_restore(str(exp_dir)):
-        run_settings.state_of(name).concurrency = concurrency
-        # Finished trials stay; unfinished ones continue; errored ones stay errored (Optuna
-        # has already been told FAIL, re-running them would be a second, untold attempt).
-        return tune.Tuner.restore(str(exp_dir), trainable=trainable, resume_unfinished=True,
-                                  resume_errored=False, restart_errored=False).fit()
-    const = {"task": task, "target": target, "cpus_per_trial": opts.cpus_per_trial,
-             "train_target": max(target, opts.train_target or target),
-             "device": "cuda" if gpus else "cpu", "steps": opts.trial_steps,
-             "time_budget": opts.trial_time_budget, "seed": opts.seed,
-             "space": space.name, "search": name, "fail_when": opts.fail_when,
-             "patience": opts.patience, "extra_rounds": opts.extra_rounds,
-             "near_miss": opts.near_miss, "seed_scheme": SEED_SCHEME}
-    if space.seed_rule:  # how many seeds a proposal trains, by its size (trial.build_trial)
-        const[SEED_RULE] = [list(row) for row in space.seed_rule]
-    if space.steps_rule:  # ... and how many steps (unless --trial-steps fixes them)
-        const[STEPS_RULE] = [list(row) for row in space.steps_rule]
-        if space.steps_digits:  # ... the rows being for operands this long
-            const[STEPS_DIGITS] = space.steps_digits
-    search = searcher.ConstrainedOptunaSearch(
-        space.ray_define_by_run(), target=target, study_name=name, storage_url=optuna_url,
-        sizer=ProposalSizer(const), seed=opts.seed, start=space.start,
-        proposals=per_trial, keyer=PackKeyer(const))
-    # No multi-fidelity scheduler: a trial stops on its own curve (see trainable); from
-    # outside only the incumbent (a verified model no larger) or the deadline stops it.
-    callbacks = [tracking.MlflowTrialCallback(name, mlflow_uri, experiment_id, parent_run,
-                                              describe_trial, target),
-                 live.LiveCallback(name), incumbent.VerifyCallback(name, str(sdir), target),
-                 snapshots.SnapshotKeeper()]
-    stoppers = CombinedStopper(run_settings.DeadlineStopper(name),
-                               run_settings.IncumbentStopper(name))
-    tuner = tune.Tuner(
-        trainable,
-        param_space={CONST_KEY: const},
-        tune_config=tune.TuneConfig(
-            search_alg=searcher.BudgetedSearchGenerator(search, name, concurrency),
-            num_samples=opts.trials, reuse_actors=False,
-            trial_name_creator=live.trial_dirname, trial_dirname_creator=live.trial_dirname),
-        run_config=tune.RunConfig(
-            storage_path=str(sdir), name=TUNE_DIR, stop=stoppers,
-            failure_config=tune.FailureConfig(max_failures=opts.max_failures),
-            checkpoint_config=tune.CheckpointConfig(
-                num_to_keep=1, checkpoint_score_attribute="best_em",
-                checkpoint_score_order="max"),
-            callbacks=callbacks, verbose=0, log_to_file=False))
-    return tuner.fit()
-
-
-def _finish(opts, name, sdir, task, target, results, mlflow_uri, experiment_id, optuna_url,
-            state, near_miss: float) -> SearchSummary:
-    from arithsweep.search import incumbent, tracking, verdicts
-    from arithsweep.search.plots import frontier, plot_params_vs_em
-    from arithsweep.search.replay import cut_near_misses
-    from arithsweep.search.results import architecture_rates, close_unreported, trial_rows
-    from arithsweep.search.run_settings import ended_because
-
-    rows = trial_rows(results, target, state.stop_reasons, ended_because(name))
-    runs = tracking.mlflow_trial_runs(mlflow_uri, experiment_id, name)
-    for r in rows:
-        r["mlflow_run_id"] = runs.get(r["trial_id"])
-    feasible = sorted((r for r in rows if r["feasible"]),
-                      key=lambda r: (r["params"], -r["best_em"]))
-    # Trials verified while the search ran are not verified twice; the best feasible ones
-    # the deadline stopped before they completed are verified now.
-    for r in feasible[:opts.n_verify]:
-        incumbent.verify_candidate(name, sdir, target, {
-            "trial_id": r["trial_id"], "params": r["params"], "train_em": r["best_em"],
-            "checkpoint": r["checkpoint"], "seeds_reached": r.get("seeds_reached"),
-            "seeds_trained": r.get("seeds_trained")})
-    # Proposals held back for their verdict are told now, before every Optuna trial still
-    # running is failed.
-    verdicts.tell_verified(name, target, final=True)
-    close_unreported(rows, optuna_url, name, mlflow_uri, experiment_id)
-    verified = []
-    for trial_id, item in state.verified.items():
-        item = {**item, "mlflow_run_id": runs.get(trial_id)}
-        tracking.mlflow_verified(mlflow_uri, item)
-        verified.append(item)
-    verified.sort(key=lambda v: (not v.get("qualifies"), v.get("params") or 0))
-    # Best = the smallest trial that passed verification, else the smallest feasible one.
-    ok = [v for v in verified if v.get("qualifies")]
-    b = ok[0] if ok else ({**feasible[0], "train_em": feasible[0]["best_em"]}
-                          if feasible else None)
-    best = None if b is None else {
-        "params": b["params"], "exact_match": b["train_em"], "trial_id": b["trial_id"],
-        "entry_id": b.get("entry_id"), "verified_em": b.get("exact_match") if ok else None,
-        "checkpoint": b["checkpoint"]}
-    plot = plot_params_vs_em(rows, target, sdir / "params_vs_em.png",
-                             title=f"{name}: {task}, target {target:g}")
-    return SearchSummary(
-        name=name, dir=str(sdir), task=task, target=target, n_trials=len(rows),
-        n_feasible=len(feasible), n_errored=sum(r["errored"] for r in rows), best=best,
-        frontier=frontier(rows), verified=verified, plot=plot, mlflow_uri=mlflow_uri,
-        mlflow_experiment_id=experiment_id, study_storage=optuna_url, study_name=name,
-        skipped=state.skipped, incumbent=state.incumbent,
-        trained_above_incumbent=sorted(state.trained_above),
-        architectures=architecture_rates(rows), trials=rows,
-        # this run's cuts only: an earlier run's were replayed (or named) by then
-        cut_near_misses=cut_near_misses([r for r in rows if r["tune_trial_id"]
-                                         not in state.ended_trials], target, near_miss,
-                                        state.incumbent),
-        cpu_hours=round(opts.cpus_per_trial * sum(
-            float((r.metrics or {}).get("time_total_s") or 0.0) for r in results) / 3600, 4),
-        n_tune_trials=len({r["tune_trial_id"] for r in rows}),
-        largest_pack=max((r["pack_size"] for r in rows), default=1))
 
 
 def _write_json(path: Path, doc: dict) -> None:

@@ -219,7 +219,7 @@ def _entry_values(found: dict[str, Any], what: str = "--from-entry") -> dict[str
 
 def start_item(item: dict[str, Any], mapping: dict[str, Any], space: str) -> dict[str, Any]:
     """The starting entry's verified item with its point in the space (what the searcher's
-    first shrink moves start from, see searcher._descend) and the one line that says how it
+    first shrink moves start from, see shrink.Descending) and the one line that says how it
     mapped ("note"; for a search that started from the board's smallest entry by itself,
     also how not to)."""
     found = f", found by search {item['found_by']}" if item.get("found_by") else ""

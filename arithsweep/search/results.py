@@ -5,8 +5,9 @@ it stopped, seeds that reached the target out of seeds trained, its best checkpo
 trial is one proposal, or a pack of several (see `arithsweep.search.packs`), and the summary
 counts proposals, since each is its own Optuna trial and MLflow run;
 `architecture_rates` groups them by architecture into success rates; `close_unreported`
-fails the Optuna trials and MLflow runs that the search deadline cut off unreported.
-Not run directly; `arithsweep.search.driver` calls them when the fit is over.
+fails the Optuna trials and MLflow runs that the search deadline cut off unreported;
+`summarise` makes the search's summary of it all. Not run directly;
+`arithsweep.search.driver` calls them when the fit is over.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 from typing import Any
 
 from arithsweep.search import packs, tracking
+from arithsweep.search.options import SearchSummary
 from arithsweep.search.run_settings import DEADLINE, INTERRUPTED
 from arithsweep.search.trial import CONST_KEY
 
@@ -138,3 +140,68 @@ def retire_waiting(study_name: str, storage_url: str) -> int:
                                              "queued, not run: the search ended first")
         study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
     return len(waiting)
+
+
+def summarise(s: Any, results: Any, experiment_id: str, state: Any,
+               near_miss: float) -> SearchSummary:
+    """Search `s`'s summary (driver._Search) once its fit is over: every proposal's row, the
+    last verifications, Optuna told of every proposal, the best, the frontier plot, the near
+    misses this run's deadline cut. `state`: its run_settings.DriverState."""
+    from arithsweep.search import incumbent, verdicts
+    from arithsweep.search.plots import frontier, plot_params_vs_em
+    from arithsweep.search.replay import cut_near_misses
+    from arithsweep.search.run_settings import ended_because
+
+    opts, name, sdir, target, mlflow_uri = s.opts, s.name, s.sdir, s.target, s.mlflow_uri
+    rows = trial_rows(results, target, state.stop_reasons, ended_because(name))
+    runs = tracking.mlflow_trial_runs(mlflow_uri, experiment_id, name)
+    for r in rows:
+        r["mlflow_run_id"] = runs.get(r["trial_id"])
+    feasible = sorted((r for r in rows if r["feasible"]),
+                      key=lambda r: (r["params"], -r["best_em"]))
+    # Trials verified while the search ran are not verified twice; the best feasible ones
+    # the deadline stopped before they completed are verified now.
+    for r in feasible[:opts.n_verify]:
+        incumbent.verify_candidate(name, sdir, target, {
+            "trial_id": r["trial_id"], "params": r["params"], "train_em": r["best_em"],
+            "checkpoint": r["checkpoint"], "seeds_reached": r.get("seeds_reached"),
+            "seeds_trained": r.get("seeds_trained")})
+    # Proposals held back for their verdict are told now, before every Optuna trial still
+    # running is failed.
+    verdicts.tell_verified(name, target, final=True)
+    close_unreported(rows, s.optuna_url, name, mlflow_uri, experiment_id)
+    verified = []
+    for trial_id, item in state.verified.items():
+        item = {**item, "mlflow_run_id": runs.get(trial_id)}
+        tracking.mlflow_verified(mlflow_uri, item)
+        verified.append(item)
+    verified.sort(key=lambda v: (not v.get("qualifies"), v.get("params") or 0))
+    plot = plot_params_vs_em(rows, target, sdir / "params_vs_em.png",
+                             title=f"{name}: {s.task_name}, target {target:g}")
+    return SearchSummary(
+        name=name, dir=str(sdir), task=s.task_name, target=target, n_trials=len(rows),
+        n_feasible=len(feasible), n_errored=sum(r["errored"] for r in rows),
+        best=_best(verified, feasible), frontier=frontier(rows), verified=verified, plot=plot,
+        mlflow_uri=mlflow_uri, mlflow_experiment_id=experiment_id,
+        study_storage=s.optuna_url, study_name=name, skipped=state.skipped,
+        incumbent=state.incumbent, trained_above_incumbent=sorted(state.trained_above),
+        architectures=architecture_rates(rows), trials=rows,
+        # this run's cuts only: an earlier run's were replayed (or named) by then
+        cut_near_misses=cut_near_misses([r for r in rows if r["tune_trial_id"]
+                                         not in state.ended_trials], target, near_miss,
+                                        state.incumbent),
+        cpu_hours=round(opts.cpus_per_trial * sum(
+            float((r.metrics or {}).get("time_total_s") or 0.0) for r in results) / 3600, 4),
+        n_tune_trials=len({r["tune_trial_id"] for r in rows}),
+        largest_pack=max((r["pack_size"] for r in rows), default=1))
+
+
+def _best(verified: list[dict], feasible: list[dict]) -> dict | None:
+    """The smallest trial that passed verification, else the smallest feasible one."""
+    ok = [v for v in verified if v.get("qualifies")]
+    b = ok[0] if ok else ({**feasible[0], "train_em": feasible[0]["best_em"]}
+                          if feasible else None)
+    return None if b is None else {
+        "params": b["params"], "exact_match": b["train_em"], "trial_id": b["trial_id"],
+        "entry_id": b.get("entry_id"), "verified_em": b.get("exact_match") if ok else None,
+        "checkpoint": b["checkpoint"]}

@@ -14,7 +14,8 @@ recipe included), and it counts only if the proposal stays valid and gets smalle
 
 A search started from a board entry (`arithsweep search --from-entry`) descends from the
 entry: `map_entry` finds the entry's point in the space (each searched key takes the entry's
-value where the space allows it) and says which keys could not be mapped.
+value where the space allows it) and says which keys could not be mapped. `Descending` is the
+searcher's part that queues them (a mixin of `searcher.ConstrainedOptunaSearch`).
 
     python -c "from arithsweep.search.shrink import *; from arithsweep.search.spaces import *; \\
         from arithsweep.search.trial import ProposalSizer; s = load_space('tiny'); \\
@@ -23,11 +24,14 @@ value where the space allows it) and says which keys could not be mapped.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from arithsweep.search.space_fields import fmt_value
 from arithsweep.search.spaces import RayDefineByRun, Space
+
+log = logging.getLogger(__name__)
 
 MOVES_PER_INCUMBENT = 3  # enqueued per new incumbent; TPE fills the other proposals
 
@@ -197,3 +201,35 @@ def map_entry(space: Space, values: dict[str, Any], task: str) -> dict[str, Any]
 def _plain(v: Any) -> Any:
     """Tuples and lists compare alike (JSON gives lists, configs may hold tuples)."""
     return [_plain(x) for x in v] if isinstance(v, (list, tuple)) else v
+
+
+class Descending:
+    """The searcher's shrink moves: queued into its Optuna study once per new incumbent."""
+
+    def _descend(self, state: Any) -> None:
+        """Enqueue the shrink moves of each new verified incumbent: the next proposals are the
+        incumbent one step smaller, with its training recipe. A board entry the search started
+        from (--from-entry) is no Optuna trial: its item carries its point in the space
+        ("point", map_entry). `state`: the running search's run_settings.DriverState."""
+        space = getattr(self._space, "space", None)
+        if (state is None or state.incumbent is None or state.frontier or space is None
+                or getattr(self, "_descended", None) == state.incumbent):
+            return
+        self._descended = state.incumbent
+        best = [v for v in state.verified.values()
+                if v.get("qualifies") and int(v.get("params", 0)) == state.incumbent]
+        point = (best[0].get("point") or self._optuna_params(str(best[0]["trial_id"]))
+                 if best else None)
+        for move in shrink_moves(space, point, self._sizer) if point else []:
+            self._ot_study.enqueue_trial(move, skip_if_exists=True)
+        log.info("search %s: incumbent %s p; queued its shrink moves", self._name,
+                 state.incumbent)
+
+    def _optuna_params(self, proposal_id: str) -> dict | None:
+        """The Optuna params of a proposal (a Tune trial id, or `<id>.p<j>` in a pack)."""
+        tune_id, _, j = proposal_id.partition(".p")
+        for t in self._ot_study.get_trials(deepcopy=False):
+            if t.user_attrs.get("tune_trial_id") == tune_id and (
+                    not j or t.user_attrs.get("pack_index") == int(j)):
+                return dict(t.params)
+        return None

@@ -14,7 +14,7 @@ that window once. Two parts close the hole:
   puts the trial's newest checkpoint under that name (Tune deletes the replaced checkpoint
   just before it writes the snapshot naming the new one).
 
-Driver side only (`driver._fit` adds the callback; `driver.run_search` repairs on --resume):
+Driver side only (`tuner.new_tuner` adds the callback; `driver.run_search` repairs on --resume):
 
     callbacks=[..., snapshots.SnapshotKeeper()]
     snapshots.repair(sdir / "tune")           # before Tuner.restore / ExperimentAnalysis

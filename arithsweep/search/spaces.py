@@ -168,15 +168,16 @@ def shipped_space_names() -> list[str]:
     return sorted(p.stem for p in _spaces_dir().glob("*.yaml"))
 
 
-def default_space(task: str) -> str:
+def default_space(task: Any) -> str:
     """The shipped space a search uses when none is named: the one made for that kind of task
     (sorting; Quirke's sub/mix, 4 digits and up apart; multiplication, mul3 and up apart;
     add10, the family and recipe of its trained records (tbukic); 3-9 digit addition,
     MicroAdder's family; longer addition, the frontier family of add10's records
-    (adderboard); everything else the small-task space)."""
+    (adderboard); everything else the small-task space). `task`: its name, or the Task the
+    search already built."""
     from arithsweep.core.data.tasks import get_task  # the one task-name parser; torch, so lazily
 
-    t = get_task(task)
+    t = get_task(task) if isinstance(task, str) else task
     if t.op == "sort":
         return "sort"
     if t.op in ("sub", "mix"):  # 4-6 digits: wider models at Quirke's five nines
