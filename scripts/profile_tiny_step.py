@@ -1,0 +1,115 @@
+"""Where a tiny-layout training step spends its time: the 36-p (or 44-p) recipe, K seeds.
+
+Wraps the pieces of the training loop with CPU-time counters (the thread's own time, so
+another process on the machine inflates them far less than wall time) and trains the anchor's
+whole recipe for --steps steps: data (sampling and encoding), forming the effective weights
+(the ties, in torch), the C kernel (forward and backward of every sequence), autograd back
+through the effective weights, Grokfast, clipping, AdamW, and the evaluation (4,096 held-out
+problems, charged at the recipe's interval whatever --steps is). Prints milliseconds per step.
+torch and the kernel run on one thread (--threads), as a search trial does.
+
+    python scripts/profile_tiny_step.py                  # 36 p, 64 seeds, 400 steps
+    python scripts/profile_tiny_step.py --shape 44 --seeds 32
+    PYTHONPATH=/tmp/old-checkout python scripts/profile_tiny_step.py   # another version's
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+spent: dict[str, float] = collections.defaultdict(float)
+
+
+evaluating = [False]
+
+
+def timed(name: str, fn, training_only: bool = False):
+    def wrapper(*args, **kwargs):
+        t = time.thread_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if not (training_only and evaluating[0]):
+                spent[name] += time.thread_time() - t
+    return wrapper
+
+
+def evaluation(fn):
+    def wrapper(*args, **kwargs):
+        evaluating[0] = True
+        spent["evaluations"] += 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            evaluating[0] = False
+    return wrapper
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shape", choices=("36", "44"), default="36")
+    ap.add_argument("--seeds", type=int, default=64)
+    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--threads", type=int, default=1)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    import arithsweep.core.model.tiny_layout as TL
+    import arithsweep.core.training.optim as O
+    import arithsweep.core.training.population as P
+    import arithsweep.core.training.recipe as R
+    import arithsweep.core.training.train as T
+    from arithsweep.core.overrides import build_configs
+
+    anchor = ROOT / f"recipes/anchors/tbukic-{a.shape}.yaml"
+    task, model_cfg, cfg = build_configs(None, None, anchor, {})
+    cfg = replace(cfg, seeds=a.seeds, steps=a.steps)
+    P.train(task, model_cfg, replace(cfg, steps=3))  # kernel built and loaded, caches warm
+    P._PackStream.next = timed("data", P._PackStream.next)
+    TL._kernel_args = timed("effective weights", TL._kernel_args)
+    TL._TinyLoss.forward = staticmethod(timed("kernel call", TL._TinyLoss.forward))
+    TL._run = timed("kernel (C)", TL._run, training_only=True)
+    torch.Tensor.backward = timed("autograd backward", torch.Tensor.backward)
+    R.GrokfastEMA.apply = timed("Grokfast", R.GrokfastEMA.apply)
+    T._clip_and_guard = timed("clipping", T._clip_and_guard)
+    O.PackAdamW.step = timed("AdamW", O.PackAdamW.step)
+    P._PackRun._evaluate_all = evaluation(timed("evaluation", P._PackRun._evaluate_all))
+    loop = timed("whole loop", P._PackRun.run)
+    P._PackRun.run = loop
+    import arithsweep.core.training.step as S  # after the patch: PackStep reads it at init
+
+    S._clip_and_guard = T._clip_and_guard
+    P.train(task, model_cfg, cfg)
+    n = a.steps
+    per_eval = spent["evaluation"] / max(1, spent["evaluations"])
+    rows = {
+        "data": spent["data"] / n,
+        "effective weights (torch)": spent["effective weights"] / n,
+        "kernel forward+backward (C)": spent["kernel (C)"] / n,
+        "kernel call overhead (Python)": (spent["kernel call"] - spent["kernel (C)"]) / n,
+        "autograd backward": spent["autograd backward"] / n,
+        "Grokfast": spent["Grokfast"] / n,
+        "clipping": spent["clipping"] / n,
+        "AdamW": spent["AdamW"] / n,
+    }
+    accounted = sum(rows.values())
+    loop = (spent["whole loop"] - spent["evaluation"]) / n
+    rows["rest of the step (Python, small torch ops)"] = loop - accounted
+    rows[f"evaluation (every {cfg.eval_every} steps)"] = per_eval / cfg.eval_every
+    total = sum(rows.values())
+    ex = a.seeds * cfg.batch_size
+    print(f"{a.shape} p, {a.seeds} seeds, {n} steps, {a.threads} thread(s): "
+          f"{1e3 * total:.2f} CPU-ms a step, {ex / total:,.0f} examples per CPU-second")
+    print("| part | ms a step | share |\n|---|---:|---:|")
+    for k, v in rows.items():
+        print(f"| {k} | {1e3 * v:.2f} | {100 * v / total:.0f}% |")
+
+
+if __name__ == "__main__":
+    main()
