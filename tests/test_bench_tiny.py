@@ -3,7 +3,10 @@ the arithsweep model it stands beside, and every row is a measured, positive fig
 
 from __future__ import annotations
 
+import pytest
+
 from arithsweep.core.bench_tiny import PlainAdder, tiny_models, tiny_rows
+from arithsweep.core.model import tiny_layout as TL
 from arithsweep.core.model.model import count_params
 
 
@@ -17,6 +20,8 @@ def test_the_plain_model_is_the_87_parameter_model():
     assert plain(tokens[:, :-1]).shape == (4, task.seq_len - 1, task.vocab_size)
 
 
+@pytest.mark.skipif(TL.load_error() is not None,  # its tiny rows need the kernel built
+                    reason=f"tiny kernel unavailable: {TL.load_error()}")
 def test_quick_tiny_rows_measure_each_layout_against_the_reference_and_the_plain_loop():
     lines: list[str] = []
     rows = tiny_rows(quick=True, device="cpu", log=lines.append)
