@@ -4,7 +4,9 @@
 - `run_cli(*args)`: the real console entry in a subprocess, as a user runs it;
 - `one_error_line(out, *words)`: a mistake got one `error:` line on stderr and exit 2, no
   traceback;
-- `no_heavy_imports(argv, env)`: the command ran without importing torch, ray or mlflow.
+- `no_heavy_imports(argv, env)`: the command ran without importing torch, ray or mlflow;
+- `LONG_SPACE`, `LONG_STEPS`: a one-proposal search space whose trial trains every step of
+  its schedule, writing a state every 200 (the tests that kill a search or its trial).
 
 Test files import it as `from helpers import run` (tests/ is on sys.path: pytest's rootdir
 import mode).
@@ -19,6 +21,24 @@ from pathlib import Path
 from arithsweep.cli.app import main
 
 ROOT = Path(__file__).resolve().parents[1]
+# a model too small to reach the target, so its one trial trains every step of its schedule
+LONG_SPACE = """
+name: test-long
+model:
+  n_layers: 1
+  d_model: 4
+  n_heads: 1
+  d_ff: {choice: [4]}
+train:
+  steps: 2400
+  lr: 0.01
+  batch_size: 64
+  seeds: 2
+  eval_every: 100
+  eval_size: 256
+  checkpoint_every: 200
+"""
+LONG_STEPS = 2400
 
 
 def run(capsys, *args) -> tuple[int, str, str]:

@@ -16,25 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-
-# a model too small to reach the target, so its one trial trains every step of its schedule
-SPACE = """
-name: test-long
-model:
-  n_layers: 1
-  d_model: 4
-  n_heads: 1
-  d_ff: {choice: [4]}
-train:
-  steps: 2400
-  lr: 0.01
-  batch_size: 64
-  seeds: 2
-  eval_every: 100
-  eval_size: 256
-  checkpoint_every: 200
-"""
-TOTAL = 2400
+from helpers import LONG_SPACE as SPACE
+from helpers import LONG_STEPS as TOTAL
 
 
 def _search(root: Path, *args: str) -> list[str]:

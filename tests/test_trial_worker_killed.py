@@ -17,25 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import LONG_SPACE as SPACE
+from helpers import LONG_STEPS as TOTAL
 
-# too small to reach the target: its one trial trains every step of its schedule
-SPACE = """
-name: test-killed-worker
-model:
-  n_layers: 1
-  d_model: 4
-  n_heads: 1
-  d_ff: {choice: [4]}
-train:
-  steps: 2400
-  lr: 0.01
-  batch_size: 64
-  seeds: 2
-  eval_every: 100
-  eval_size: 256
-  checkpoint_every: 200
-"""
-TOTAL, EVERY = 2400, 100
+EVERY = 100  # LONG_SPACE's eval_every
 
 
 def _states(root: Path) -> list[int]:
