@@ -152,3 +152,42 @@ def test_the_leaderboard_names_the_start_folder_as_the_checkpoint_writes_it():
     from arithsweep.leaderboard import provenance
 
     assert provenance.START == checkpoint.START  # the leaderboard cannot import torch's module
+
+
+def test_a_runs_state_folder_starts_each_member_from_its_own(tmp_path, capsys):
+    """`--init-from <out>/resume`: a pack continued on its next phase (tbukic's cosine phase,
+    then its Grokfast phase), member i from member i's weights in the run's last state."""
+    import torch
+
+    from arithsweep.core.model.model import ArithTransformer
+    from arithsweep.core.training.resume import (
+        is_state_dir,
+        latest_state,
+        start_members_from_state,
+        sub,
+    )
+
+    code, _, err = run(capsys, "train", "--task", "add2", "--d-model", 8, "--heads", 2,
+                       "--d-ff", 8, "--seeds", 3, "--steps", 40, "--out", tmp_path / "a",
+                       "--set", "checkpoint_every=20", "--set", "eval_every=20")
+    assert code == 0, err
+    state_dir = tmp_path / "a" / "resume"
+    assert is_state_dir(state_dir) and not is_state_dir(tmp_path / "a")
+    task, m, _ = build_configs("add2", None, None, {"d_model": 8, "n_heads": 2, "d_ff": 8})
+    model = ArithTransformer(m, k=3, seeds=[7, 8, 9])
+    assert start_members_from_state(model, state_dir) == 40
+    saved = sub(latest_state(state_dir).tensors, "model.")
+    for n, p in model.named_parameters():
+        assert torch.equal(p.detach(), saved[n]), n
+    assert not torch.equal(saved["embed.weight"][0], saved["embed.weight"][1])
+    with pytest.raises(CheckpointError, match="3 members; this run trains 2"):
+        start_members_from_state(ArithTransformer(m, k=2), state_dir)
+    # the command line: a continued pack trains, and a wrong member count is one line
+    code, _, err = run(capsys, "train", "--task", "add2", "--d-model", 8, "--heads", 2,
+                       "--d-ff", 8, "--seeds", 3, "--steps", 20, "--init-from", state_dir,
+                       "--out", tmp_path / "b")
+    assert code == 0, err
+    code, _, err = run(capsys, "train", "--task", "add2", "--d-model", 8, "--heads", 2,
+                       "--d-ff", 8, "--seeds", 2, "--steps", 20, "--init-from", state_dir,
+                       "--out", tmp_path / "c")
+    assert code == 2 and err.count("\n") == 1 and "members" in err, err

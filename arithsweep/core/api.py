@@ -64,8 +64,13 @@ def train_job(
     """
     if train_cfg.init_from and resume is None:
         from arithsweep.core.model.checkpoint import load_checkpoint
+        from arithsweep.core.training.resume import is_state_dir, latest_state
 
-        load_checkpoint(train_cfg.init_from)  # a bad start fails before training, not after
+        # a bad start fails before training, not after
+        if is_state_dir(train_cfg.init_from):
+            latest_state(train_cfg.init_from)
+        else:
+            load_checkpoint(train_cfg.init_from)
     bar = _progress(progress)
     handle = None
     # the stop rule the search uses too; on train_digits-long operands only, if capped

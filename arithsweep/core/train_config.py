@@ -70,7 +70,9 @@ class TrainConfig(DictConfig):
     seed: int = 0  # seed i of the pack is seed + i (init and data)
     # A checkpoint folder whose weights start every seed instead of a fresh initialisation (seed
     # i then differs only in its data): continuing a near miss at a low lr, with its own
-    # schedule. The checkpoint must hold this run's architecture and task format. None = fresh.
+    # schedule. The checkpoint must hold this run's architecture and task format. A run's state
+    # folder (`<out>/resume`) instead starts each member from its own weights there (a pack
+    # continued on its next phase; same seeds count). None = fresh.
     init_from: str | None = None
     # uniform (operand lengths uniform) | values (operands uniform over the problem space) |
     # carry (carry cascades forced) | mixed: carry_frac carry, the rest half uniform, half values

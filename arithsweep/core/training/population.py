@@ -46,9 +46,11 @@ from arithsweep.core.training.recipe import (
 from arithsweep.core.training.resume import (
     Checkpointing,
     generator_state,
+    is_state_dir,
     prefixed,
     same_run,
     set_generator,
+    start_members_from_state,
     sub,
     write_state,
 )
@@ -175,7 +177,10 @@ class _PackRun:
         self.model = model = ArithTransformer(model_cfg, k=K, seeds=seeds).to(device)
         resuming = checkpoint is not None and checkpoint.resume is not None
         if c0.init_from and not resuming:  # a resumed state holds the weights it reached
-            start_members_from(model, task, c0.init_from)
+            if is_state_dir(c0.init_from):  # a run's state: each member from its own
+                start_members_from_state(model, c0.init_from)
+            else:
+                start_members_from(model, task, c0.init_from)
         params = list(model.parameters())
 
         def per_member(field: str) -> torch.Tensor:  # (K,) on the device

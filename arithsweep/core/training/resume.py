@@ -216,3 +216,36 @@ def proposal_state(state: RunState, j: int) -> RunState:
     doc.update(train=[doc["train"][j]], results=[doc["results"][j]],
                data={**data, "streams": [data["streams"][j]], "running": [data["running"][j]]})
     return RunState(path=state.path, step=state.step, doc=doc, tensors=t)
+
+
+def is_state_dir(path: str | Path) -> bool:
+    """Is `path` a run's state folder (`<out>/resume`, what `init_from` continues member by
+    member) rather than a checkpoint folder?"""
+    p = Path(path)
+    return p.is_dir() and not (p / "config.json").is_file() and any(
+        _NAME.match(q.name) for q in p.iterdir())
+
+
+def start_members_from_state(model: Any, path: str | Path) -> int:
+    """Every member of `model` takes its own weights from the newest state in the run state
+    folder `path` (TrainConfig.init_from = `<out>/resume`): a finished pack continued on
+    another schedule (tbukic's cosine phase, then its Grokfast phase), member i from member i.
+    Only the weights: moments, Grokfast average, decay drops and data start afresh. The
+    state's architecture and member count must be the model's. Returns the state's step."""
+    state = latest_state(path)
+    if state is None:
+        raise CheckpointError(f"init_from {path}: no training state in it")
+    if state.doc.get("model") != model.cfg.to_dict():
+        raise CheckpointError(f"init_from {path}: its architecture is not this run's "
+                              f"({model.cfg.summary()})")
+    weights = sub(state.tensors, "model.")
+    params = dict(model.named_parameters())
+    shapes = {n: tuple(t.shape) for n, t in weights.items()}
+    if shapes != {n: tuple(p.shape) for n, p in params.items()}:
+        k = next(iter(weights.values())).shape[0] if weights else 0
+        raise CheckpointError(f"init_from {path}: a state of {k} members; this run trains "
+                              f"{model.k} (seeds must match to continue member by member)")
+    with torch.no_grad():
+        for n, p in params.items():
+            p.copy_(weights[n].to(p.device))
+    return state.step
