@@ -11,13 +11,12 @@ id as `trial_id` and the Tune trial as `tune_trial_id`. Not run directly.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
 from ray import tune
 
 from arithsweep.search import packs, run_settings
-from arithsweep.search.tracking import error_line
+from arithsweep.search.tracking import error_line, error_text
 
 
 def trial_dirname(trial) -> str:
@@ -105,16 +104,13 @@ class LiveCallback(tune.Callback):
 def died_because(trial) -> str:
     """Why a trial's process ended, in words: the kill by Ray's memory monitor or of the
     worker process (the OOM killer, a lost node) named as such, else the error's line."""
-    try:  # the whole error: its last line is Ray's advice, not the cause
-        text = Path(trial.error_file).read_text() if trial.error_file else ""
-    except OSError:
-        text = ""
+    text = error_text(trial)  # the whole error: its last line is Ray's advice, not the cause
     if "OutOfMemoryError" in text or "memory monitor" in text:
         return "its worker was killed for memory (Ray's memory monitor)"
     if any(k in text for k in ("ActorDiedError", "WorkerCrashedError", "ActorUnavailable",
                                "NodeDiedError", "died unexpectedly")):
         return "its worker process died (killed, out of memory, or its node lost)"
-    return error_line(trial)
+    return error_line(trial, text)
 
 
 def _max_failures(trial) -> int:

@@ -195,12 +195,18 @@ class MlflowTrialCallback(tune.Callback):
             self.client.set_terminated(run_id, status=status)
 
 
-def error_line(trial) -> str:
-    """The exception line of a trial's error (its traceback is in the trial's error.txt)."""
+def error_text(trial) -> str:
+    """A trial's whole error (its error.txt), "" when it has none or it cannot be read."""
     try:  # the driver-local copy (trial.get_error() reads storage, which syncs later)
-        text = Path(trial.error_file).read_text() if trial.error_file else ""
+        return Path(trial.error_file).read_text() if trial.error_file else ""
     except OSError:
-        text = ""
+        return ""
+
+
+def error_line(trial, text: str | None = None) -> str:
+    """The exception line of a trial's error (its traceback is in the trial's error.txt);
+    `text`: that error, when the caller has read it already."""
+    text = error_text(trial) if text is None else text
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     return (lines[-1] if lines else "error")[:5000]
 
