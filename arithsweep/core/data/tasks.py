@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from arithsweep.core.data.encoding import _OP_SYMBOL, encode_fixed, encode_scattered
 from arithsweep.core.data.formats import (
     _FORMAT_HELP,
     TASK_HELP,
@@ -43,7 +44,6 @@ from arithsweep.core.data.formats import (
 )
 from arithsweep.core.data.sampling import (
     _cascade,
-    _digit_table,
     _digits,
     _distinct,
     _draw,
@@ -55,11 +55,9 @@ from arithsweep.core.errors import ConfigError
 OPS = ("add", "sub", "mix", "mul")
 MAX_DIGITS = {"add": 18, "sub": 18, "mix": 18, "mul": 9}  # results must fit in int64
 OP_CODES = {"add": (0,), "sub": (1,), "mix": (0, 1), "mul": (2,)}  # op code 0=add 1=sub 2=mul
-_OP_SYMBOL = "+-*"  # indexed by op code
 OP_NAMES = ("add", "sub", "mul")  # indexed by op code
 _SYMBOLS = ("+", "-", "*", "=", "<eos>", "<pad>")
 _LIST_MAX = 4 * 10**6  # problems under a length cap that holdout sampling may enumerate
-_ENCODE_ROWS = 1 << 13  # rows per digit table in a CPU encode (under 1 MB of float64 for add10)
 _TASK_HELP = TASK_HELP
 _DERIVED = {"init": False, "repr": False, "compare": False}
 
@@ -302,86 +300,12 @@ class Task:
                 ) -> tuple[Tensor, Tensor, Tensor]:
         """-> tokens (N, seq_len), prompt end (N,), answer end (N,) (exclusive positions)."""
         a, b, op = self._check(a, b, op)
+        r = self._answer(a, b, op)
         if self.fmt.pad:
-            tokens = self._encode_fixed(a, b, op, dtype)
+            tokens = encode_fixed(self, a, b, op, r, dtype)
             ends = (torch.full_like(a, e) for e in (self.prompt_len, self.seq_len))
             return tokens, *ends
-        # nopad: every row's numbers have their own lengths, so each token is scattered per row
-        big, dev, ids, f, seq = a.shape[0], a.device, self.token_id, self.fmt, self.seq_len
-        out = torch.full((big, seq + 1), self.pad_id, dtype=torch.int64, device=dev)
-        pos = torch.zeros(big, dtype=torch.int64, device=dev)  # (N,) next free position
-
-        def put(tok: Tensor | int) -> None:
-            out.scatter_(1, pos[:, None], torch.as_tensor(tok, device=dev).expand(big)[:, None])
-            pos.add_(1)
-
-        def put_number(x: Tensor, width: int, lsd_first: bool) -> None:
-            length = _num_digits(x)
-            j = torch.arange(width, device=dev).expand(big, width)  # (N, W)
-            src = j if lsd_first else (length[:, None] - 1 - j).clamp(min=0)
-            # digits beyond a row's length land in the spare last column, cut off below
-            dst = torch.where(j < length[:, None], pos[:, None] + j, seq)
-            out.scatter_(1, dst, _digits(x, width).gather(1, src))
-            pos.add_(length)
-
-        op_tok = torch.tensor([ids.get(s, -1) for s in _OP_SYMBOL], device=dev)[op]
-        put_number(a, self.n_digits, f.reverse_operands)
-        if f.delimiters or self.op == "mix":
-            put(op_tok)
-        put_number(b, self.n_digits, f.reverse_operands)
-        if f.delimiters:
-            put(ids["="])
-        prompt_end = pos.clone()
-        r = self._answer(a, b, op)
-        if self.signed:
-            put(torch.where(r < 0, ids["-"], 0))
-        put_number(r.abs(), self.n_answer_digits, f.reverse_answer)
-        put(ids["<eos>"])
-        return out[:, :seq].to(dtype), prompt_end, pos
-
-    def _encode_fixed(self, a: Tensor, b: Tensor, op: Tensor, dtype: torch.dtype) -> Tensor:
-        """Tokens (N, seq_len) of a pad format, whose layout is the same for every row: each
-        number's digits go to their columns in one copy, no per-row scatter."""
-        ids, f, n, big = self.token_id, self.fmt, self.n_digits, a.shape[0]
-        out = torch.empty((big, self.seq_len), dtype=dtype, device=a.device)
-        r = self._answer(a, b, op)
-        col = 0
-
-        def put(tok: Tensor | int) -> None:
-            nonlocal col
-            out[:, col] = tok
-            col += 1
-
-        # CPU: in row blocks, so the float64 digit tables stay small enough for the allocator
-        # to reuse; whole-batch ones get fresh pages every call, and the page faults cost more
-        rows = _ENCODE_ROWS if a.device.type == "cpu" else max(1, big)
-
-        def put_number(x: Tensor, width: int, lsd_first: bool) -> None:
-            nonlocal col
-            for lo in range(0, big, rows):
-                hi = min(big, lo + rows)
-                out[lo:hi, col:col + width] = _digit_table(x[lo:hi], width, lsd_first)
-            col += width
-
-        zeros = f.zero_delimiters
-        if zeros:
-            put(0)
-        put_number(a, n, f.reverse_operands)
-        if zeros:
-            put(0)
-        elif f.delimiters or self.op == "mix":
-            codes = torch.tensor([ids.get(s, -1) for s in _OP_SYMBOL], device=a.device)
-            put(torch.take(codes, op))  # take, not codes[op]: see sampling._pow10
-        if zeros:
-            put(0)
-        put_number(b, n, f.reverse_operands)
-        if f.delimiters:
-            put(0 if zeros else ids["="])
-        if self.signed:
-            put(torch.where(r < 0, ids["-"], 0))
-        put_number(r.abs(), self.n_answer_digits, f.reverse_answer)
-        assert col == self.seq_len
-        return out
+        return encode_scattered(self, a, b, op, r, dtype)
 
     def encode(self, a, b, op, dtype: torch.dtype = torch.int64) -> tuple[Tensor, Tensor]:
         """-> tokens (N, seq_len) in `dtype`, answer_mask (N, seq_len - 1): True where input t
