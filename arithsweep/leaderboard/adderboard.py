@@ -94,7 +94,7 @@ def submission_source(row: dict[str, Any], weights_dir: str, author: str = "arit
         numbers,
         train_config,
     )
-    from arithsweep.core.data import formats, sampling, tasks
+    from arithsweep.core.data import encoding, formats, sampling, tasks
     from arithsweep.core.model import layers, model, weights
 
     metadata = {
@@ -134,6 +134,8 @@ def submission_source(row: dict[str, Any], weights_dir: str, author: str = "arit
              _module_source(sampling),
              "# ---------------------------------------------------------------- formats",
              _module_source(formats),
+             "# ---------------------------------------------------------------- encoding",
+             _module_source(encoding),
              "# ---------------------------------------------------------------- tasks",
              _module_source(tasks),
              "# ---------------------------------------------------------------- layers",
