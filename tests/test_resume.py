@@ -66,9 +66,10 @@ _NO_KERNEL = pytest.mark.skipif(TL.load_error() is not None,
 @pytest.mark.parametrize("layout", [pytest.param(name, marks=_NO_KERNEL) if name == "tiny"
                                     else name for name in sorted(CASES)])
 def test_killed_train_resumes_bit_for_bit(tmp_path: Path, layout: str) -> None:
-    whole = _train(tmp_path / "whole", CASES[layout])
+    whole = _train(tmp_path / "whole", [*CASES[layout], "--log", str(tmp_path / "whole.log")])
     out = tmp_path / "killed"
-    proc = subprocess.Popen(_cli("train", *COMMON, *CASES[layout], "--out", str(out), "--json"),
+    proc = subprocess.Popen(_cli("train", *COMMON, *CASES[layout], "--out", str(out), "--json",
+                                 "--log", str(tmp_path / "killed.log")),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env())
     killed_at = None
     deadline = time.monotonic() + 600  # a guard against a hang, not a timing assumption
@@ -93,6 +94,8 @@ def test_killed_train_resumes_bit_for_bit(tmp_path: Path, layout: str) -> None:
     assert {k: v for k, v in resumed.items() if k not in TIMINGS} == \
         {k: v for k, v in whole.items() if k not in TIMINGS}
     assert _history(out) == _history(tmp_path / "whole")
+    # the resumed run went on with its own --log: one curve, each step once, as the whole run's
+    assert _curve(tmp_path / "killed.log") == _curve(tmp_path / "whole.log")
     # the loop's own time and rate, never 0 for a run that trained
     assert resumed["train_seconds"] > 0 and resumed["examples_per_s"] > 0
 
@@ -100,6 +103,11 @@ def test_killed_train_resumes_bit_for_bit(tmp_path: Path, layout: str) -> None:
                            env=_env(), timeout=300)
     assert again.returncode == 0
     assert "already finished" in again.stderr and len(again.stderr.strip().splitlines()) == 1
+
+
+def _curve(log: Path) -> list[list[str]]:
+    """A --log's lines without their elapsed seconds."""
+    return [ln.split()[:2] + ln.split()[3:] for ln in log.read_text().splitlines()]
 
 
 def _state_json(out: Path) -> Path:

@@ -46,7 +46,7 @@ def train(
     sets: list[str] = typer.Option(None, "--set", help=SET_HELP),
     out_dir: Path = typer.Option(None, "--out", "-o", help="checkpoint directory (default runs/<task>-<time>)"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
-    log: Path = typer.Option(None, "--log", help="append one line per evaluation to this file (runs in the background)"),
+    log: Path = typer.Option(None, "--log", help="append one line per evaluation to this file (runs in the background); --resume goes on with the run's own"),
     resume: Path = typer.Option(None, "--resume", help="continue the killed run in this folder (its --out) from its last training state; it ends as if never stopped"),
     init_from: Path = typer.Option(None, "--init-from", help="start every seed from this checkpoint's weights instead of a fresh initialisation (continue a near miss on a new schedule; same architecture and format)"),
 ) -> None:

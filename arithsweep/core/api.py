@@ -105,6 +105,11 @@ def train_job(
     # the job as given (the loop trains with early_stop off: this job's on_eval stops it)
     job = {"task": task.name, "format": task.fmt.name, "model": model_cfg.to_dict(),
            "train": train_cfg.to_dict()}
+    if log is not None:
+        log = Path(log).absolute()
+        job["log"] = str(log)  # a resumed run goes on writing the same curve
+        if resume is not None:
+            _cut_log(log, resume.step)
     ckpt = Checkpointing(out / STATE_DIR, train_cfg.checkpoint_every,
                          train_cfg.checkpoint_seconds, extra=lambda: {"job": job},
                          resume=resume)
@@ -183,8 +188,9 @@ def resume_state(out: str | Path) -> RunState:
 
 def resume_job(out: str | Path, progress: bool = True,
                log: str | Path | None = None) -> dict[str, Any]:
-    """Continue the killed `arithsweep train` run in `out` from its last state. A finished run
-    raises AlreadyFinished; a state whose configs no longer validate, a ConfigError."""
+    """Continue the killed `arithsweep train` run in `out` from its last state, appending to its
+    own `--log` unless `log` names another file. A finished run raises AlreadyFinished; a state
+    whose configs no longer validate, a ConfigError."""
     state = resume_state(out)
     job = state.doc["extra"]["job"]
     if state.finished and (Path(out) / "config.json").is_file():
@@ -198,7 +204,21 @@ def resume_job(out: str | Path, progress: bool = True,
         train_cfg = TrainConfig.from_dict(job["train"])
     except (ArithsweepError, TypeError, KeyError) as e:
         raise ConfigError(f"--resume {out}: its configuration no longer validates: {e}") from None
+    if log is None:
+        log = job.get("log")
     return train_job(task, model_cfg, train_cfg, out, progress=progress, log=log, resume=state)
+
+
+def _cut_log(log: Path, step: int) -> None:
+    """Drop the log's lines past `step`: the resumed run writes them again, so the file reads
+    as one uninterrupted run."""
+    if not log.is_file():
+        return
+    lines = log.read_text().splitlines(keepends=True)
+    keep = [ln for ln in lines if not (ln.startswith("step ") and ln.split()[1].isdigit()
+                                       and int(ln.split()[1]) > step)]
+    if len(keep) != len(lines):
+        log.write_text("".join(keep))
 
 
 class AlreadyFinished(ArithsweepError):
