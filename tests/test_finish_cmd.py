@@ -52,3 +52,46 @@ def test_finish_without_a_finisher_is_one_line(ckpt, tmp_path, capsys):
                       "--set", "finish_rounds=1")
     assert code == 2 and "model field" in e and len(e.strip().splitlines()) == 1
     assert not (tmp_path / "x").exists()
+
+
+def test_a_finished_entry_keeps_its_start_and_its_published_command_finishes_it_again(
+        ckpt, tmp_path, capsys, monkeypatch):
+    """`finish` keeps the model it began from in start/; verify records `finish start --set
+    ...` as the entry's command; publish ships the start and names it; that command, run from
+    the published folder, gives the same weights on this machine."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    _nudge(ckpt)
+    source_sha = load_checkpoint(ckpt).sha256
+    out = tmp_path / "fin"
+    code, o, e = run(capsys, "finish", ckpt, "--out", out, "--set", "finish_rounds=1",
+                      "--set", "finish_steps=30", "--set", "finish_lr=3e-3",
+                      "--set", "finish_pool=1000", "--json")
+    assert code == 0, e
+    finished = load_checkpoint(out)
+    assert sha256_file(out / "start" / "model.safetensors") == source_sha
+    assert finished.meta["finish_set"] == {"finish_rounds": 1, "finish_steps": 30,
+                                           "finish_lr": 3e-3, "finish_pool": 1000}
+    assert finished.meta["repeats"] == "a machine of the same kind"
+    monkeypatch.chdir(tmp_path)
+    code, o, e = run(capsys, "verify", out, "--record", "--db", "lb.db", "--target", "0.5",
+                     "--json")
+    assert code == 0, e
+    assert json.loads(o)["reproduce"].startswith(f"arithsweep finish {out / 'start'} ")
+    assert run(capsys, "publish", "--db", "lb.db")[0] == 0
+    (folder,) = Path("leaderboard/checkpoints").iterdir()
+    assert sha256_file(folder / "start" / "model.safetensors") == source_sha
+    md = Path("leaderboard/LEADERBOARD.md").read_text()
+    assert f"published in `leaderboard/checkpoints/{folder.name}/start/`" in md
+    cmd = next(c for c in re.findall(r"```sh\n(.*?)\n```", md) if "finish" in c)
+    assert f"arithsweep finish leaderboard/checkpoints/{folder.name}/start --out" in cmd
+    assert "--seeds" not in md.split(f"checkpoints/{folder.name}/start --out")[1].split("##")[0]
+    args = shlex.split(cmd)[1:]
+    args[args.index("--out") + 1] = "again"
+    code, o, e = run(capsys, *args, "--json")
+    assert code == 0, e
+    assert json.loads(o)["sha256"] == finished.sha256
+    # the folder it wrote, start/ included, is its own to publish over again
+    assert run(capsys, "publish", "--db", "lb.db")[0] == 0

@@ -231,10 +231,11 @@ def finish_job(checkpoint: str | Path, out: str | Path,
     config with `overrides` (finish_rounds, finish_cmaes_evals, ...), judged, as `train` judges
     them, on the run's held-out evaluation set and its full check's problems (never the
     verification suite); the result is written to `out` as a new checkpoint."""
-    from arithsweep.core.model.checkpoint import save_checkpoint
+    from arithsweep.core.model.checkpoint import keep_finish_start, save_checkpoint
     from arithsweep.core.model.model import ArithTransformer
     from arithsweep.core.overrides import split_overrides
     from arithsweep.core.training.finish import finish, finishers_on
+    from arithsweep.core.training.train import ONE_KIND  # the finishers score on torch's layout
 
     ck = load_checkpoint(checkpoint)
     m_over, t_over = split_overrides(overrides)
@@ -254,7 +255,10 @@ def finish_job(checkpoint: str | Path, out: str | Path,
     sha = save_checkpoint(out, model, ck.task, 0, cfg, {"eval_exact_match": done.held_out},
                           {**ck.meta, "finished_from": ck.sha256,
                            "finished_by": done.finished_by, "final_exact_match": final,
-                           "final_problems": check.what})
+                           "final_problems": check.what, "repeats": ONE_KIND,
+                           # with start/ below: `finish start --set ...` makes it again
+                           "finish_set": dict(t_over)})
+    keep_finish_start(ck.path, out)
     return {"checkpoint": str(Path(out).absolute()), "source": str(ck.path),
             "source_sha256": ck.sha256, "task": ck.task.name, "params": ck.params,
             "held_out_before": done.held_out_before, "held_out": done.held_out,

@@ -275,6 +275,8 @@ def pack_reproduce(row: dict[str, Any], config_path: str) -> str | None:
             or not isinstance(first, int):
         return None
     parts = shlex.split(published_reproduce(row, config_path))
+    if parts[:2] != ["arithsweep", "train"]:  # a finished entry: its start is one model
+        return None
     for flag, value in (("--seeds", seeds), ("--seed", first)):
         if flag in parts:
             parts[parts.index(flag) + 1] = str(value)
@@ -300,6 +302,8 @@ def published_reproduce(row: dict[str, Any], config_path: str) -> str:
         parts = shlex.split(row.get("reproduce") or "")
     except ValueError:
         parts = []
+    if parts[:2] == ["arithsweep", "finish"] and len(parts) > 2:  # from its published start
+        return shlex.join([*parts[:2], str(Path(config_path).parent / START), *parts[3:]])
     if parts[:2] != ["arithsweep", "train"]:  # none recorded (or not ours): the standard one
         seed = row.get("seed")
         if seed is None:
@@ -326,6 +330,12 @@ def start_lines(config: dict[str, Any], folder: str) -> list[str]:
     Its own config.json holds its pack's seeds, so `--config` alone trains the pack it was
     the best member of."""
     train = config.get("train") if isinstance(config.get("train"), dict) else {}
+    meta = config.get("meta") if isinstance(config.get("meta"), dict) else {}
+    if isinstance(meta.get("finish_set"), dict):
+        return ["", f"Its finishers began from the model published in `{folder}/{START}/` "
+                f"(weights sha256 `{meta.get('finished_from')}`): the command above finishes "
+                f"it again. How that start was trained is in its own "
+                f"`{folder}/{START}/config.json`."]
     if train.get("init_from") != START:
         return []
     sha = (config.get("meta") or {}).get("init_from_sha256")

@@ -174,9 +174,11 @@ def _copy_checkpoint(row: dict[str, Any], dst: Path) -> dict[str, Any]:
     claimed = config.get("weights_sha256") if isinstance(config, dict) else None
     if not isinstance(config, dict) or claimed not in (None, sha):
         raise ArithsweepError(f"{what}: {src / CHECKPOINT_FILES[1]} names other weights")
+    meta = config.get("meta") or {}
     if (config.get("train") or {}).get("init_from") == START:
-        _copy_start(src / START, dst / START, (config.get("meta") or {}).get("init_from_sha256"),
-                    what)
+        _copy_start(src / START, dst / START, meta.get("init_from_sha256"), what)
+    elif isinstance(meta.get("finish_set"), dict):  # `arithsweep finish` began from it
+        _copy_start(src / START, dst / START, meta.get("finished_from"), what)
     return config
 
 
@@ -274,7 +276,7 @@ def _check_destination(dest: Path) -> None:
     if ckpts.exists():
         ours = ckpts.is_dir() and all(
             p.is_dir() and _DIR_NAME.fullmatch(p.name)
-            and {c.name for c in p.iterdir()} <= {*CHECKPOINT_FILES, ENTRY_FILE}
+            and {c.name for c in p.iterdir()} <= {*CHECKPOINT_FILES, ENTRY_FILE, START}
             for p in ckpts.iterdir())
         if not ours:
             raise ArithsweepError(f"{ckpts} holds files arithsweep publish did not write; "

@@ -21,6 +21,7 @@ random problems; entries verified with it keep "v1" as their suite name.
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Callable
 from typing import Any
@@ -111,7 +112,13 @@ def build_suite(task: Task) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, i
 
 
 def reproduce_command(ck: Checkpoint) -> str:
-    """The shell command that retrains this checkpoint's member from scratch."""
+    """The shell command that retrains this checkpoint's member from scratch, or, for a
+    finished checkpoint (`arithsweep finish`), that finishes its kept start again."""
+    finish_set = ck.meta.get("finish_set")
+    if isinstance(finish_set, dict) and (ck.path / "start").is_dir():
+        return shlex.join(["arithsweep", "finish", str(ck.path / "start"), "--out", "finished",
+                           *(x for k, v in sorted(finish_set.items())
+                             for x in ("--set", f"{k}={json.dumps(v)}"))])
     seed = ck.meta.get("seed", ck.train_cfg.seed if ck.train_cfg else 0)
     parts = ["arithsweep", "train", "--task", ck.task.name, "--format", ck.task.fmt.name,
              "--config", str(ck.path / "config.json"), "--seeds", "1", "--seed", str(seed)]

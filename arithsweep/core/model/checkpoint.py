@@ -256,6 +256,20 @@ def keep_start(train_cfg: TrainConfig | None, path: str | Path,
     return replace(train_cfg, init_from=START), {"init_from_sha256": sha256_file(dst / WEIGHTS)}
 
 
+def keep_finish_start(src: str | Path, out: str | Path) -> None:
+    """A finished checkpoint (`arithsweep finish`) keeps the model its finishers began from in
+    `out`/start (with that model's own start, if it had one), so its retrain command, `finish`
+    from that start, runs wherever the checkpoint is copied."""
+    src, dst = _resolve_dir(src), Path(out).absolute() / START
+    tmp = dst.with_name(START + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    _copy_start(src, tmp)
+    if (src / START / WEIGHTS).is_file():
+        _copy_start(src / START, tmp / START)
+    shutil.rmtree(dst, ignore_errors=True)
+    os.replace(tmp, dst)
+
+
 def _copy_start(src: Path, dst: Path) -> None:
     dst.mkdir(parents=True)
     for name in (WEIGHTS, CONFIG):
