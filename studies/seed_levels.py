@@ -1,7 +1,10 @@
 """Seeds above each exact-match level at each checkpoint step, from `arithsweep train --log`
-files (one line per evaluation: `step N Ts best B seeds e0 e1 ... loss ...`), packs pooled.
+files (one line per evaluation: `step N Ts best B seeds e0 e1 ... loss ...`) or the reference's
+per-seed CSVs (tbukic/M10S-Transformer's sub50_sweep.py: `step,loss,acc,lr,wd`, one seed a
+file, acc on 500 fresh problems), packs pooled.
 
     python studies/seed_levels.py studies/tbukic36-parity/s0.log studies/tbukic36-parity/s64.log
+    python studies/seed_levels.py studies/tbukic36-parity/reference/*.csv
 
 Prints a markdown table: at every --every steps (default 50,000) and at the last step all
 logs reached, how many of the pooled seeds are above 10 / 50 / 90 / 99% held-out, the best
@@ -18,6 +21,11 @@ LEVELS = (0.10, 0.50, 0.90, 0.99)
 
 def read(path: Path) -> dict[int, list[float]]:
     rows = {}
+    if path.suffix == ".csv":  # the reference's: one seed
+        for line in path.read_text().splitlines()[1:]:
+            step, _, acc, *_ = line.split(",")
+            rows[int(step)] = [float(acc)]
+        return rows
     for line in path.read_text().splitlines():
         parts = line.split()
         if len(parts) > 6 and parts[0] == "step" and "seeds" in parts:
