@@ -39,7 +39,7 @@ from torch import Tensor
 from arithsweep import __version__
 from arithsweep.core.config import ModelConfig
 from arithsweep.core.errors import ArithsweepError
-from arithsweep.core.model.layers import _EPS, abacus_index
+from arithsweep.core.model.layers import abacus_index
 from arithsweep.core.model.weights import (
     attn_biases,
     attn_weights,
@@ -62,6 +62,7 @@ KNOWN = frozenset({
     "rank_v", "rank_o", "rank_mlp", "embed", "arc_init", "init_std", "d_embed",
     "split_positions", "v_from_tokens", "mlp_down", "tie_gate", "gate_scale", "qk_from_tokens",
     "qk_from_positions", "places", "place_learned", "unembed_head", "v_from_head",
+    "norm_eps", "k_angle_init", "down_angle_init",  # the angles: where training starts only
 })
 
 
@@ -114,7 +115,7 @@ def hooked_config(cfg: ModelConfig, name: str) -> dict[str, Any]:
         "d_model": cfg.d_model, "n_ctx": cfg.n_ctx, "n_heads": H, "d_head": max(qk, vh),
         "d_vocab": cfg.vocab_size, "d_vocab_out": cfg.vocab_size,
         "normalization_type": {"layer": "LN", "rms": "RMS", "none": None}[cfg.norm],
-        "eps": _EPS, "use_attn_scale": True, "attn_scale": math.sqrt(qk),
+        "eps": cfg.norm_eps, "use_attn_scale": True, "attn_scale": math.sqrt(qk),
         "positional_embedding_type": "rotary" if rope else "standard",
         "default_prepend_bos": False,
     }
