@@ -95,3 +95,20 @@ def test_a_finished_entry_keeps_its_start_and_its_published_command_finishes_it_
     assert json.loads(o)["sha256"] == finished.sha256
     # the folder it wrote, start/ included, is its own to publish over again
     assert run(capsys, "publish", "--db", "lb.db")[0] == 0
+
+
+def test_finishing_a_continued_checkpoint_keeps_its_chain_of_starts(ckpt, tmp_path, capsys):
+    """A checkpoint that itself continued an earlier model (its own start/) is finished with
+    that chain kept: out/start is it, out/start/start its start."""
+    import shutil
+
+    shutil.copytree(ckpt, tmp_path / "earlier")
+    shutil.copytree(tmp_path / "earlier", ckpt / "start")
+    _nudge(ckpt)
+    out = tmp_path / "fin"
+    code, _, e = run(capsys, "finish", ckpt, "--out", out, "--set", "finish_rounds=1",
+                     "--set", "finish_steps=10", "--set", "finish_pool=500")
+    assert code == 0, e
+    assert sha256_file(out / "start" / "model.safetensors") == load_checkpoint(ckpt).sha256
+    assert sha256_file(out / "start" / "start" / "model.safetensors") == \
+        load_checkpoint(tmp_path / "earlier").sha256

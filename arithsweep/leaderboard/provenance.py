@@ -338,7 +338,7 @@ def start_lines(config: dict[str, Any], folder: str) -> list[str]:
                 f"`{folder}/{START}/config.json`."]
     if train.get("init_from") != START:
         return []
-    sha = (config.get("meta") or {}).get("init_from_sha256")
+    sha = meta.get("init_from_sha256")
     return ["", f"Its training continued an earlier model, published in `{folder}/{START}/`"
             + (f" (weights sha256 `{sha}`)" if sha else "") + ": the command above trains on "
             "from those weights. That start retrains, with the pack it was the best seed of:",

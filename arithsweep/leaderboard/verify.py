@@ -34,7 +34,7 @@ from arithsweep.core.data.sampling import _distinct
 from arithsweep.core.data.tasks import Task
 from arithsweep.core.errors import ArithsweepError, ConfigError
 from arithsweep.core.evaluation.evaluate import breakdown, exact_match, greedy_decode
-from arithsweep.core.model.checkpoint import Checkpoint, load_checkpoint
+from arithsweep.core.model.checkpoint import START, Checkpoint, load_checkpoint
 from arithsweep.leaderboard.provenance import PROVENANCE, checkpoint_provenance, published_entry
 from arithsweep.leaderboard.report import SUITE, VerificationReport, nines, wilson_lower
 
@@ -115,8 +115,8 @@ def reproduce_command(ck: Checkpoint) -> str:
     """The shell command that retrains this checkpoint's member from scratch, or, for a
     finished checkpoint (`arithsweep finish`), that finishes its kept start again."""
     finish_set = ck.meta.get("finish_set")
-    if isinstance(finish_set, dict) and (ck.path / "start").is_dir():
-        return shlex.join(["arithsweep", "finish", str(ck.path / "start"), "--out", "finished",
+    if isinstance(finish_set, dict) and (ck.path / START).is_dir():
+        return shlex.join(["arithsweep", "finish", str(ck.path / START), "--out", "finished",
                            *(x for k, v in sorted(finish_set.items())
                              for x in ("--set", f"{k}={json.dumps(v)}"))])
     seed = ck.meta.get("seed", ck.train_cfg.seed if ck.train_cfg else 0)

@@ -246,11 +246,7 @@ def keep_start(train_cfg: TrainConfig | None, path: str | Path,
     except CheckpointError:
         src = None
     if src is not None and (src / WEIGHTS).is_file() and src.resolve() != dst.resolve():
-        tmp = dst.with_name(START + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        _copy_start(src, tmp)
-        shutil.rmtree(dst, ignore_errors=True)
-        os.replace(tmp, dst)
+        _replace_start(src, dst)
     if not (dst / WEIGHTS).is_file():
         return train_cfg, {}
     return replace(train_cfg, init_from=START), {"init_from_sha256": sha256_file(dst / WEIGHTS)}
@@ -260,12 +256,15 @@ def keep_finish_start(src: str | Path, out: str | Path) -> None:
     """A finished checkpoint (`arithsweep finish`) keeps the model its finishers began from in
     `out`/start (with that model's own start, if it had one), so its retrain command, `finish`
     from that start, runs wherever the checkpoint is copied."""
-    src, dst = _resolve_dir(src), Path(out).absolute() / START
+    _replace_start(_resolve_dir(src), Path(out).absolute() / START)
+
+
+def _replace_start(src: Path, dst: Path) -> None:
+    """`src` (and its chain of starts) copied to `dst` through a temporary folder, so a copy
+    cut short never stands as the start."""
     tmp = dst.with_name(START + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     _copy_start(src, tmp)
-    if (src / START / WEIGHTS).is_file():
-        _copy_start(src / START, tmp / START)
     shutil.rmtree(dst, ignore_errors=True)
     os.replace(tmp, dst)
 
