@@ -10,7 +10,8 @@ or a `Task` (depth 0); depth 1 also looks one level inside (dict values, list/tu
 attributes, dataclass fields: `opts.task`, `self.task`). Code outside the package is not looked
 into. Over the modules of the counted calls in call order: stays (maximal runs in one module),
 rooms (distinct modules), returns (stays - rooms), entries per module (its stays); and how many
-times `core.data.tasks.get_task` runs at all.
+times `core.data.tasks.get_task` runs at all, and how many Tasks it builds (get_task keeps one
+per name and format in a process).
 
     python scripts/walk_task_name.py [--task add2] [--steps 20] [--depth 1] [--json]
 """
@@ -42,6 +43,10 @@ class Walk:
         self.name, self.task_cls = name, task_cls
         self.calls: list[list] = []  # [module, qualname, depth or None]
         self.get_task = 0
+        self.built = 0  # Tasks (or SortTasks) constructed: __post_init__ runs
+        from arithsweep.core.data.sort_task import SortTask
+
+        self.built_types = (task_cls, SortTask)
 
     def _is(self, v) -> bool:
         return (type(v) is str and v == self.name) or isinstance(v, self.task_cls)
@@ -76,6 +81,8 @@ class Walk:
             return None  # not ours: nothing inside it is looked at
         if mod == "arithsweep.core.data.tasks" and code.co_name == "get_task":
             self.get_task += 1
+        if code.co_name == "__post_init__" and type(frame.f_locals.get("self")) in self.built_types:
+            self.built += 1
         i, name = len(self.calls), code.co_qualname
         if name.startswith("__create_fn__"):  # a dataclass's generated method: name its class
             name = f"{type(frame.f_locals.get('self')).__name__}.{code.co_name}"
@@ -136,12 +143,13 @@ def main() -> None:
     res = {"package": str(Path(arithsweep.__file__).parent),
            "command": " ".join(argv).replace(tmp, "<tmp>"), "exit": code,
            "arithsweep_calls": len(walk.calls), "get_task_runs": walk.get_task,
+           "tasks_built": walk.built,
            "by_depth": [walk.figures(d) for d in range(a.depth + 1)]}
     if a.json:
         print(json.dumps(res, indent=1))
         return
     print(f"package {res['package']}\n{res['command']}\n-> exit {code}; {len(walk.calls)} "
-          f"arithsweep calls traced; get_task ran {walk.get_task} times")
+          f"arithsweep calls traced; get_task ran {walk.get_task} times, {walk.built} Task built")
     for f in res["by_depth"]:
         print(f"\ndepth {f['depth']}: {f['calls']} calls, {f['stays']} stays in "
               f"{f['rooms']} rooms, {f['returns']} returns\n  entered: "

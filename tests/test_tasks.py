@@ -328,3 +328,28 @@ def test_verification_edge_cases_are_never_drawn_for_training(name):
     a, b, op = task.sample(20_000, gen, "uniform", max_len=1, split="train")
     drawn = set(zip(a.tolist(), b.tolist(), op.tolist()))
     assert not drawn & set(task.edge_cases())
+
+
+def test_a_task_is_built_once_per_name_and_format():
+    """get_task hands every caller in a process the one Task of a name and format (tasks are
+    frozen), however the format is spelled; another format is another task."""
+    t = get_task("add3")
+    assert get_task("add3", None) is t and get_task("add3", Format()) is t
+    assert get_task("add3", Format().name) is t
+    other = get_task("add3", "fwdans")
+    assert other is not t and other.fmt != t.fmt
+    assert get_task("sort3") is get_task("sort3")
+    with pytest.raises(ConfigError, match="unknown task 'add99'"):
+        get_task("add99")
+
+
+def test_trial_builds_share_the_task_and_copy_the_model():
+    from arithsweep.search.trial import _task_and_model
+
+    model = {"d_model": 8, "n_heads": 2, "d_ff": 16}
+    t1, m1 = _task_and_model("add2", model, {})
+    t2, m2 = _task_and_model("add2", dict(model), {})
+    assert t1 is t2 is get_task("add2")
+    assert m1 == m2 and m1 is not m2  # a caller may change its ModelConfig
+    m1.d_model = 4
+    assert _task_and_model("add2", model, {})[1].d_model == 8

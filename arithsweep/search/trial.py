@@ -12,6 +12,7 @@ and lists a trial's MLflow params (`describe_trial`).
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,16 +71,29 @@ def seed_block(const: dict[str, Any], trial_number: int) -> int:
     return (seed * TRIALS_PER_SEED + n % TRIALS_PER_SEED) * SEED_BLOCK
 
 
+_BUILT: dict[str, tuple[Any, Any]] = {}  # _task_and_model's, by its arguments' repr
+_BUILT_MAX = 256
+
+
 def _task_and_model(task_name: str, model: dict[str, Any], fmt: dict[str, Any]):
     """(Task, ModelConfig) of a sample's sections: what the task fixes (places, vocabulary,
-    context) filled in. ConfigError (or TypeError) if they do not make a valid model."""
-    from arithsweep.core.data.formats import Format, fill_places
-    from arithsweep.core.data.tasks import get_task
-    from arithsweep.core.model.model import ModelConfig
+    context) filled in. ConfigError (or TypeError) if they do not make a valid model.
+    Built once per sample in a process (the driver sizes a proposal, describes it to MLflow
+    and summarises it); each caller gets its own copy of the ModelConfig."""
+    key = repr((task_name, sorted(model.items()), sorted(fmt.items())))  # values may be lists
+    if key not in _BUILT:
+        from arithsweep.core.data.formats import Format, fill_places
+        from arithsweep.core.data.tasks import get_task
+        from arithsweep.core.model.model import ModelConfig
 
-    task = get_task(task_name, Format(**fmt))
-    return task, ModelConfig.from_dict({**fill_places(task, dict(model)),
-                                        "vocab_size": task.vocab_size, "n_ctx": task.n_ctx})
+        task = get_task(task_name, Format(**fmt))
+        cfg = ModelConfig.from_dict({**fill_places(task, dict(model)),
+                                     "vocab_size": task.vocab_size, "n_ctx": task.n_ctx})
+        if len(_BUILT) >= _BUILT_MAX:
+            _BUILT.clear()
+        _BUILT[key] = task, cfg
+    task, cfg = _BUILT[key]
+    return task, copy.deepcopy(cfg)
 
 
 def build_trial(config: dict[str, Any]) -> TrialSetup:

@@ -106,6 +106,15 @@ def quirke_class(task: Task, a, b, op) -> Tensor:
     return torch.where(op == 0, s_k, len(fams[0]) + sub)
 
 
+def classes(task, a, b, op) -> tuple[Tensor, list[str]] | None:
+    """(quirke_class, class_names) of problems (a, b, op), or None for a task without Quirke's
+    classes: what a breakdown by class needs, in one call."""
+    if not supported(task):
+        return None
+    names = class_names(task)
+    return quirke_class(task, a, b, op), names
+
+
 def _pairs(kind: str, shape: tuple[int, ...], gen: torch.Generator) -> tuple[Tensor, Tensor]:
     """Random digit pairs of one column kind, each `shape` int64: carry (sum >= 10), nine
     (sum == 9), borrow (a < b), equal (a == b, non-zero so that it is never padding)."""

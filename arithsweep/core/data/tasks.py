@@ -27,6 +27,8 @@ rows are right-padded with '<pad>':  add3,nopad  42+7=  ->  94<eos>.  nopad+node
 
 from __future__ import annotations
 
+import functools
+
 import re
 from dataclasses import dataclass, field
 
@@ -70,14 +72,20 @@ def task_names_help() -> str:  # for CLI help
 def get_task(name: str, fmt: Format | str | None = None) -> Task:
     """'add10' (+ optional format) -> Task; ConfigError naming the valid forms otherwise.
     'sort<N>' gives a SortTask (arithsweep.core.data.sort_task), which a Task's callers read
-    alike."""
-    if str(name).strip().lower().startswith("sort"):
+    alike. One Task per (name, format) in a process: tasks are frozen, so the search's setup,
+    each proposal's sizing and MLflow params, and verification share the one built first."""
+    return _built(str(name), parse_format(fmt))
+
+
+@functools.lru_cache(maxsize=64)
+def _built(name: str, fmt: Format) -> Task:
+    if name.strip().lower().startswith("sort"):
         from arithsweep.core.data.sort_task import sort_task  # here: sort_task imports this module
 
         return sort_task(name, fmt)
     name = task_name(name)  # the one name parser, shared with the torch-free CLI paths
     op = name.rstrip("0123456789")
-    return Task(name, op, int(name[len(op):]), parse_format(fmt))
+    return Task(name, op, int(name[len(op):]), fmt)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from arithsweep.core.data.quirke import class_names, quirke_class, supported
+from arithsweep.core.data.quirke import classes
 from arithsweep.core.data.tasks import OP_NAMES, Task
 
 # tokens per forward pass per member. On a CPU small enough that a chunk's activations stay in
@@ -219,8 +219,8 @@ def breakdown(
         "by_lengths": _bucket(lens_key, correct, lens_names),
         "by_answer_len": _bucket(ans_len, correct, ans_names),
     }
-    if supported(task):
-        parts["by_class"] = _bucket(quirke_class(task, a, b, op), correct, class_names(task))
+    if (quirke := classes(task, a, b, op)) is not None:
+        parts["by_class"] = _bucket(quirke[0], correct, quirke[1])
     if len(task.op_codes) > 1:  # mix: Quirke reports addition and subtraction apart
         first = task.op_codes[0]  # the codes are consecutive: (0, 1) for mix
         names = [OP_NAMES[c] for c in task.op_codes]
