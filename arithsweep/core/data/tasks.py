@@ -28,7 +28,6 @@ rows are right-padded with '<pad>':  add3,nopad  42+7=  ->  94<eos>.  nopad+node
 from __future__ import annotations
 
 import functools
-
 import re
 from dataclasses import dataclass, field
 
