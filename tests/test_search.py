@@ -263,6 +263,54 @@ def test_crashing_and_invalid_trials_do_not_end_the_search(ray_local, tmp_path):
     assert "injected failure" in by_trial[crashed["trial_id"]].data.tags["arithsweep.error"]
 
 
+SPACE_ONE = """
+name: test-one
+model:
+  n_layers: 1
+  d_model: 16
+  n_heads: 2
+  d_ff: 32
+train:
+  steps: 600
+  lr: 0.01
+  warmup: 50
+  batch_size: 128
+  seeds: 2
+  eval_every: 100
+  eval_size: 1024
+  layout: tiny
+"""
+
+
+def _rows(summary) -> list[dict]:
+    (f,) = Path(summary.dir).glob("tune/*/result.json")
+    return [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+def test_a_trial_running_alone_is_lent_the_idle_core_and_trains_the_same(ray_local, tmp_path):
+    """Ray Tune's ResourceChangingScheduler (search.cores) re-sizes a lone trial at its first
+    row with a state: paused, restarted from that state on 2 CPUs. It loses no step and, the
+    kernel's bits being the same on any thread count, trains the very model it would have
+    trained on one core (same machine, same build)."""
+    space = _space(tmp_path, SPACE_ONE)
+    lent = _run(_opts(tmp_path / "lent", space=space, trials=1, name="lent", fresh=True,
+                      train_target=1.0))
+    alone = _run(_opts(tmp_path / "alone", space=space, trials=1, name="alone", fresh=True,
+                       train_target=1.0, spare_cores=False))
+    a, b = _rows(lent), _rows(alone)
+    cpus = [r.get("cpus") for r in a if "cpus" in r]
+    assert cpus[0] == 1 and set(cpus[1:]) == {2}  # lent at the first row with a state
+    assert a[0]["state_saved"] == 1
+    assert {r.get("cpus") for r in b if "cpus" in r} == {1}
+    # no step trained twice or skipped, and every evaluation the same
+    assert [(r["step"], r.get("em")) for r in a] == [(r["step"], r.get("em")) for r in b]
+    assert lent.trials[0]["best_em"] == alone.trials[0]["best_em"]
+    # what it cost counts the lent core: more CPU-time than its own wall time on one core
+    (t,) = [r for r in a if "cpus" in r][-1:]
+    assert lent.cpu_hours * 3600 > t["time_total_s"] * 1.2
+
+
 @pytest.mark.slow
 def test_resume_continues_the_experiment_and_the_study(ray_local, tmp_path):
 

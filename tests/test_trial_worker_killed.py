@@ -85,7 +85,8 @@ def test_a_trial_whose_worker_is_killed_continues_in_the_same_run(tmp_path: Path
     rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
     restarts = [i for i, r in enumerate(rows) if i and r.get("iterations_since_restore") == 1]
     assert restarts, "Tune did not restart the trial"
-    first = rows[restarts[0]]["step"]
+    # (running alone, the trial was also restarted once on the core it was lent: search.cores)
+    first = rows[restarts[-1]]["step"]
     # it went on from a state saved before the kill, not from step 0 (whose first report
     # is step EVERY)
     assert first > EVERY and first - EVERY in saved, (first, saved)

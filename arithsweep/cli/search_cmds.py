@@ -65,6 +65,7 @@ def search(
     trials: int = typer.Option(SearchOptions.trials, "--trials", "-n", help="trials in total (on --resume: the new total)"),
     concurrency: int = typer.Option(None, "--concurrency", "-j", help="trials at once (default: as resources allow)"),
     cpus_per_trial: float = typer.Option(SearchOptions.cpus_per_trial, "--cpus-per-trial", help="CPUs per trial (fractions allowed)"),
+    spare_cores: bool = typer.Option(SearchOptions.spare_cores, "--spare-cores/--no-spare-cores", help="a trial running alone takes the idle cores, and gives them back when another waits"),
     gpus_per_trial: float = typer.Option(None, "--gpus-per-trial", help="GPUs per trial, e.g. 0.25 (default 1 if the cluster has GPUs)"),
     proposals_per_trial: int = typer.Option(None, "--proposals-per-trial", help=f"Optuna proposals of one shape trained together per trial (default 1 on CPU; {GPU_PROPOSALS} when each trial gets a whole GPU)"),
     time_budget: str = typer.Option(None, "--time-budget", help="wall time for the whole search, e.g. 30m (default and 0: no limit)"),
@@ -96,7 +97,7 @@ def search(
     check_outputs(dirs={"--root": root or "searches"}, urls={"--db": db, "--mlflow-uri": mlflow_uri})
     opts = SearchOptions(
         task=task, target=target, space=space, trials=trials, concurrency=concurrency,
-        cpus_per_trial=cpus_per_trial, gpus_per_trial=gpus_per_trial,
+        cpus_per_trial=cpus_per_trial, spare_cores=spare_cores, gpus_per_trial=gpus_per_trial,
         proposals_per_trial=proposals_per_trial,
         time_budget=parse_duration(time_budget, "--time-budget"),
         trial_time_budget=parse_duration(trial_time, "--trial-time"), trial_steps=trial_steps,

@@ -190,10 +190,24 @@ def summarise(s: Any, results: Any, experiment_id: str, state: Any,
         cut_near_misses=cut_near_misses([r for r in rows if r["tune_trial_id"]
                                          not in state.ended_trials], target, near_miss,
                                         state.incumbent),
-        cpu_hours=round(opts.cpus_per_trial * sum(
-            float((r.metrics or {}).get("time_total_s") or 0.0) for r in results) / 3600, 4),
+        cpu_hours=round(sum(cpu_seconds(r, opts.cpus_per_trial) for r in results) / 3600, 4),
         n_tune_trials=len({r["tune_trial_id"] for r in rows}),
         largest_pack=max((r["pack_size"] for r in rows), default=1))
+
+
+def cpu_seconds(result: Any, per_trial: float) -> float:
+    """CPU-seconds of one Tune trial: each stretch between its rows times the CPUs the row was
+    trained on (a trial running alone may have been lent more: search.cores)."""
+    total = float((result.metrics or {}).get("time_total_s") or 0.0)
+    df = getattr(result, "metrics_dataframe", None)
+    if df is None or "cpus" not in df or "time_total_s" not in df:
+        return per_trial * total
+    spent, last, cpus = 0.0, 0.0, float(per_trial)
+    for t, c in zip(df["time_total_s"], df["cpus"], strict=True):
+        cpus = float(c) if c == c and c else cpus  # a row without it (NaN): as before
+        if t == t:
+            spent, last = spent + max(0.0, float(t) - last) * cpus, max(last, float(t))
+    return spent + max(0.0, total - last) * cpus
 
 
 def _best(verified: list[dict], feasible: list[dict]) -> dict | None:

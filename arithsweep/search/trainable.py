@@ -27,7 +27,7 @@ from typing import Any
 from ray import tune
 
 from arithsweep.core.errors import ConfigError
-from arithsweep.search import packs
+from arithsweep.search import cores, packs
 from arithsweep.search.options import SearchOptions
 from arithsweep.search.rounds import REACHED, Proposal, gets_finishers
 from arithsweep.search.trial import CONST_KEY, build_trial, params_if_possible, seeds_trial
@@ -39,9 +39,11 @@ def run_trial(config: dict[str, Any]) -> None:
     const = config.get(CONST_KEY, {})
     import torch
 
-    # One trial must not spread over the cores its neighbours were promised.
-    cpus = const.get("cpus_per_trial") or SearchOptions.cpus_per_trial
-    torch.set_num_threads(max(1, int(float(cpus))))
+    # One trial must not spread over the cores its neighbours were promised; a trial alone
+    # may have been lent the spare ones (search.cores).
+    base = float(const.get("cpus_per_trial") or SearchOptions.cpus_per_trial)
+    threads = cores.trial_cpus(base)
+    torch.set_num_threads(threads)
     _maybe_fail(config, const)
     try:
         setups = [build_trial(c) for c in packs.proposals_of(config)]
@@ -52,19 +54,19 @@ def run_trial(config: dict[str, Any]) -> None:
                      "step": 0, "examples": 0, "elapsed": 0.0, "invalid_config": 1,
                      "stop_reason": "invalid config", "error": str(exc)[:500]})
         return
-    TrialRunner(setups, const, config).run()
+    TrialRunner(setups, const, config, cpus=threads, grown=threads > base).run()
 
 
 class TrialRunner:
     """A trial's proposals through their rounds: the training calls, the Tune rows (plain
     keys for a single proposal, `p<j>/` keys in a pack) and the checkpoints' best models."""
 
-    def __init__(self, setups: list[Any], const: dict[str, Any],
-                 config: dict[str, Any]) -> None:
+    def __init__(self, setups: list[Any], const: dict[str, Any], config: dict[str, Any],
+                 cpus: int = 1, grown: bool = False) -> None:
         from arithsweep.core.evaluation.confirm import FullCheck
 
         self.const, self.pack = const, packs.is_pack(config) or len(setups) > 1
-        self.ts = TrialState(config)
+        self.ts = TrialState(config, cpus=cpus, grown=grown)
         self.ts.row_fn, self.ts.best_fn = self._take_row, self._write_best
         items = packs.proposals_of(config)  # (a runner built by hand may name no trials)
         ids = ([seeds_trial(c) for c in items] if len(items) == len(setups)

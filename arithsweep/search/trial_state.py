@@ -37,6 +37,7 @@ from arithsweep.core.training.resume import (
     proposal_state,
     same_run,
 )
+from arithsweep.search.cores import GROWN_STATE_SECONDS, STATE_SAVED
 from arithsweep.search.trial import RESUME_FROM
 
 STATE = "state"  # a trial checkpoint's training-state folder, beside best/
@@ -64,7 +65,9 @@ class TrialState:
     """Holds a trial's evaluation rows until the step's state is written, then reports them
     to Tune with one checkpoint (best models + state), or without one when none is due."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], cpus: int = 1, grown: bool = False) -> None:
+        self.cpus = int(cpus)  # every row says how many CPUs (threads) the trial runs on
+        self.grown = grown  # lent spare cores (search.cores): save states often, to give back
         self.dir = Path(tempfile.mkdtemp(prefix="arithsweep-trial-"))
         self.restored = self._restore(config)  # (after self.dir: it may copy into it)
         self.improved = False  # the best went up since the last checkpoint: write one now
@@ -155,7 +158,10 @@ class TrialState:
         self.restored = None if resume else self.restored
         if state is not None and model_cfg is not None and not same_run(state, model_cfg, cfgs):
             state = None
-        return Checkpointing(self.dir / STATE, cfg.checkpoint_every, cfg.checkpoint_seconds,
+        seconds = cfg.checkpoint_seconds
+        if self.grown:  # a waiting trial gets its core back at a row with a state (cores)
+            seconds = min(seconds, GROWN_STATE_SECONDS)
+        return Checkpointing(self.dir / STATE, cfg.checkpoint_every, seconds,
                              align=cfg.eval_every, extra=extra, on_save=self._on_save,
                              want=lambda _step: self.improved, resume=state)
 
@@ -173,6 +179,7 @@ class TrialState:
         if row is None:  # a state before any evaluation: nothing to tell Tune yet
             return
         self.last_row = row
+        row = {**row, "cpus": self.cpus}
         if not with_state:
             tune.report(row)
             return
@@ -181,7 +188,8 @@ class TrialState:
             self.best_fn(Path(tmp))
             shutil.copytree(self.dir / STATE, os.path.join(tmp, STATE))
             # tune.report copies the directory into the trial's storage before returning
-            tune.report(row, checkpoint=tune.Checkpoint.from_directory(tmp))
+            tune.report({**row, STATE_SAVED: 1},
+                        checkpoint=tune.Checkpoint.from_directory(tmp))
 
     def close(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)

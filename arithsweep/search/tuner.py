@@ -52,6 +52,14 @@ def resources(opts: Any) -> tuple[float, int, int]:
     return gpus, per_trial, opts.concurrency or max(1, fits)
 
 
+def node_cpus() -> int:
+    """The CPUs of the cluster's smallest live node (a trial's bundle must fit on one)."""
+    import ray
+
+    cpus = [n.get("Resources", {}).get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
+    return int(min((c for c in cpus if c), default=0))
+
+
 def constants(s: Any, gpus: float) -> dict[str, Any]:
     """The search's constants every trial gets (trial.CONST_KEY): what build_trial decides
     by, the stop rules' settings, the space's seed and steps rules."""
@@ -80,7 +88,15 @@ def new_tuner(s: Any, exp_dir: Path, trainable: Any, const: dict[str, Any], per_
     from ray import tune
     from ray.tune.stopper import CombinedStopper
 
-    from arithsweep.search import incumbent, live, run_settings, searcher, snapshots, tracking
+    from arithsweep.search import (
+        cores,
+        incumbent,
+        live,
+        run_settings,
+        searcher,
+        snapshots,
+        tracking,
+    )
     from arithsweep.search.packs import PackKeyer
     from arithsweep.search.trial import CONST_KEY, ProposalSizer, describe_trial
 
@@ -90,7 +106,10 @@ def new_tuner(s: Any, exp_dir: Path, trainable: Any, const: dict[str, Any], per_
         storage_url=s.optuna_url, sizer=ProposalSizer(const), seed=opts.seed,
         start=s.space.start, proposals=per_trial, keyer=PackKeyer(const))
     # No multi-fidelity scheduler: a trial stops on its own curve (see trainable); from
-    # outside only the incumbent (a verified model no larger) or the deadline stops it.
+    # outside only the incumbent (a verified model no larger) or the deadline stops it. The
+    # one scheduler re-sizes a trial running alone (search.cores), without stopping it.
+    gpus = float(const.get("device") == "cuda")
+    sched = cores.scheduler(opts.cpus_per_trial, gpus, node_cpus()) if opts.spare_cores else None
     callbacks = [tracking.MlflowTrialCallback(name, s.mlflow_uri, experiment_id, parent_run,
                                               describe_trial, s.target),
                  live.LiveCallback(name), incumbent.VerifyCallback(name, str(s.sdir), s.target),
@@ -102,7 +121,7 @@ def new_tuner(s: Any, exp_dir: Path, trainable: Any, const: dict[str, Any], per_
         param_space={CONST_KEY: const},
         tune_config=tune.TuneConfig(
             search_alg=searcher.BudgetedSearchGenerator(search, name, concurrency),
-            num_samples=opts.trials, reuse_actors=False,
+            num_samples=opts.trials, reuse_actors=False, scheduler=sched,
             trial_name_creator=live.trial_dirname, trial_dirname_creator=live.trial_dirname),
         run_config=tune.RunConfig(
             storage_path=str(exp_dir.parent), name=exp_dir.name, stop=stoppers,
