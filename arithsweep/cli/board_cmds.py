@@ -25,6 +25,7 @@ import typer
 
 from arithsweep.cli.common import DB_HELP, check_outputs, err, out, print_json, table
 from arithsweep.core.errors import ArithsweepError
+from arithsweep.leaderboard.report import TARGET
 
 
 def _open(db: str | None, create: bool):
@@ -35,7 +36,7 @@ def _open(db: str | None, create: bool):
 
 def verify(
     checkpoint: Path = typer.Argument(None, help="checkpoint directory (safetensors + config.json); with --published, the folder `arithsweep publish` wrote (default: leaderboard, as publish's --dir)"),
-    target: float = typer.Option(None, "--target", help="exact match needed to qualify, in (0, 1] (default 0.99, or the target a published folder was verified at)"),
+    target: float = typer.Option(None, "--target", help=f"exact match needed to qualify, in (0, 1] (default {TARGET:g}, or the target a published folder was verified at)"),
     record: bool = typer.Option(False, "--record", help="add a qualifying result to the leaderboard"),
     published: bool = typer.Option(False, "--published", help="re-verify every entry published in the folder (its entries.json) and record each into the database"),
     db: str = typer.Option(None, "--db", help=DB_HELP),
@@ -52,7 +53,7 @@ def verify(
 
     kept = published_entry(checkpoint)  # a published folder: its entry number and target
     if target is None:
-        target = kept.get("target") if isinstance(kept.get("target"), float) else 0.99
+        target = kept.get("target") if isinstance(kept.get("target"), float) else TARGET
     if not 0 < target <= 1:
         raise ArithsweepError(f"--target {target}: must be in (0, 1]")
     check_outputs(urls={"--db": db} if record else None)

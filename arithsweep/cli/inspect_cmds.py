@@ -20,6 +20,7 @@ from rich.table import Table
 
 from arithsweep.cli.common import DB_HELP, check_outputs, out, print_json, table
 from arithsweep.core.errors import ArithsweepError
+from arithsweep.leaderboard.report import TARGET
 
 
 def _entry(row: dict[str, Any]) -> str:
@@ -71,7 +72,7 @@ def _print(res: dict[str, Any], views: dict[str, Any], png: Path | None, what: s
     out.print(tab)
     tab = table("accuracy by answer position", ("position", "holds", "accuracy"), right=True)
     for r in views["by_position"]:
-        style = "" if r["accuracy"] >= 0.99 else "[red]"
+        style = "" if r["accuracy"] >= TARGET else "[red]"  # below the board's target
         tab.add_row(str(r["position"]), r["label"], f"{style}{r['accuracy']:.4f}")
     out.print(tab)
     if png is not None:

@@ -58,6 +58,7 @@ from arithsweep.leaderboard.provenance import (
     start_lines,
 )
 from arithsweep.leaderboard.published import INDEX, index_entry, index_text, is_ours
+from arithsweep.leaderboard.report import TARGET
 from arithsweep.leaderboard.tables import _count, _md_table
 
 MARKDOWN = "LEADERBOARD.md"
@@ -108,7 +109,7 @@ def checkpoint_dir_name(row: dict[str, Any]) -> str:
 def verify_command(row: dict[str, Any], checkpoint_dir: str) -> str:
     parts = ["arithsweep", "verify", checkpoint_dir]
     target = row.get("target")
-    if target is not None and float(target) != 0.99:  # 0.99 is verify's default
+    if target is not None and float(target) != TARGET:  # verify's default
         parts += ["--target", f"{float(target):g}"]
     return shlex.join(parts)
 

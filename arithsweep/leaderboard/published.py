@@ -275,10 +275,11 @@ def reverify(row: dict[str, Any], board: Any, progress: Any = None) -> dict[str,
            "exact_match": None, "n_problems": None, "entry_id": None, "recorded": False}
     if not row.get("sha256_ok"):
         return {**res, "status": f"{row.get('status')}: not re-verified"}
+    from arithsweep.leaderboard.report import TARGET
     from arithsweep.leaderboard.verify import verify  # torch: only when re-verifying
 
     target = row.get("target")
-    target = float(target) if isinstance(target, int | float) and 0 < target <= 1 else 0.99
+    target = float(target) if isinstance(target, int | float) and 0 < target <= 1 else TARGET
     try:
         report = verify(row["checkpoint_path"], target, progress=progress)
     except ArithsweepError as e:

@@ -36,7 +36,13 @@ from arithsweep.core.errors import ArithsweepError, ConfigError
 from arithsweep.core.evaluation.evaluate import breakdown, exact_match, greedy_decode
 from arithsweep.core.model.checkpoint import START, Checkpoint, load_checkpoint
 from arithsweep.leaderboard.provenance import PROVENANCE, checkpoint_provenance, published_entry
-from arithsweep.leaderboard.report import SUITE, VerificationReport, nines, wilson_lower
+from arithsweep.leaderboard.report import (
+    SUITE,
+    TARGET,
+    VerificationReport,
+    nines,
+    wilson_lower,
+)
 
 SUITE_SEED = 0x0ADD_5EED  # the suite's random sample; no training stream uses this seed
 EXHAUSTIVE_MAX = 10**6
@@ -127,7 +133,7 @@ def reproduce_command(ck: Checkpoint) -> str:
 
 def verify(
     checkpoint: str | Any,
-    target: float = 0.99,
+    target: float = TARGET,
     extra: dict[str, Any] | None = None,
     progress: Callable[[int, int], None] | None = None,
     device: str = "cpu",
