@@ -191,3 +191,35 @@ def test_a_runs_state_folder_starts_each_member_from_its_own(tmp_path, capsys):
                        "--d-ff", 8, "--seeds", 2, "--steps", 20, "--init-from", state_dir,
                        "--out", tmp_path / "c")
     assert code == 2 and err.count("\n") == 1 and "members" in err, err
+
+
+def test_a_pack_continued_from_a_state_says_how_both_phases_retrain(tmp_path, capsys):
+    """A state is not a checkpoint (publish cannot copy it), so a model trained from one
+    records that run's job (meta init_from_state) and its entry prints both commands: the
+    first rebuilds the earlier run's configs exactly, the second this run's."""
+    from arithsweep.leaderboard.provenance import start_lines, state_chain
+
+    net = ["--task", "add2", "--d-model", 8, "--heads", 2, "--d-ff", 8, "--seeds", 2]
+    code, _, err = run(capsys, "train", *net, "--steps", 40, "--lr", 0.02, "--out",
+                       tmp_path / "a", "--set", "eval_every=20")
+    assert code == 0, err
+    code, _, err = run(capsys, "train", *net, "--steps", 20, "--lr", 0.001, "--init-from",
+                       tmp_path / "a" / "resume", "--set", "warmup=0", "--out", tmp_path / "b")
+    assert code == 0, err
+    a = json.loads((tmp_path / "a" / "config.json").read_text())
+    b = json.loads((tmp_path / "b" / "config.json").read_text())
+    origin = b["meta"]["init_from_state"]
+    assert origin["step"] == 40 and origin["train"] == a["train"] and origin["model"] == a["model"]
+    lines = state_chain(b, str(tmp_path / "b"), "It")
+    assert lines == start_lines(b, str(tmp_path / "b"))  # an entry trained so says it itself
+    first, then = (shlex.split(x) for x in lines[-3:-1])
+    sets = [first[i + 1] for i, x in enumerate(first) if x == "--set"]
+    from arithsweep.core.overrides import parse_sets
+
+    _, m, t = build_configs(None, None, first[3], parse_sets(sets))
+    assert (m.to_dict(), t.to_dict()) == (a["model"], a["train"])
+    assert then[then.index("--init-from") + 1] == f"{first[-1]}/resume"
+    _, m, t = build_configs(None, None, then[3], {"init_from": b["train"]["init_from"]})
+    assert (m.to_dict(), t.to_dict()) == (b["model"], b["train"])
+    # a model from a checkpoint, not a state, has no such lines
+    assert state_chain(a, "x", "It") == []

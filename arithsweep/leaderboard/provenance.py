@@ -324,23 +324,49 @@ def published_reproduce(row: dict[str, Any], config_path: str) -> str:
     return shlex.join(out if replaced else [*out, "--config", config_path])
 
 
-def start_lines(config: dict[str, Any], folder: str) -> list[str]:
+def start_lines(config: dict[str, Any], folder: str,
+                start: dict[str, Any] | None = None) -> list[str]:
     """For an entry whose last training continued an earlier model (a search's continued
-    near-miss round, `train --init-from`): where that start is published and how it retrains.
-    Its own config.json holds its pack's seeds, so `--config` alone trains the pack it was
-    the best member of."""
+    near-miss round, `train --init-from`, `arithsweep finish`): where that start is published
+    and how it retrains; `start` is that start's own config.json. Its config.json holds its
+    pack's seeds, so `--config` alone trains the pack it was the best member of. A model that
+    began from another run's state (not publishable) gets that run's command too."""
     train = config.get("train") if isinstance(config.get("train"), dict) else {}
     meta = config.get("meta") if isinstance(config.get("meta"), dict) else {}
+    start_chain = state_chain(start or {}, f"{folder}/{START}", "That start")
     if isinstance(meta.get("finish_set"), dict):
         return ["", f"Its finishers began from the model published in `{folder}/{START}/` "
                 f"(weights sha256 `{meta.get('finished_from')}`): the command above finishes "
                 f"it again. How that start was trained is in its own "
-                f"`{folder}/{START}/config.json`."]
+                f"`{folder}/{START}/config.json`.", *start_chain]
     if train.get("init_from") != START:
-        return []
+        return state_chain(config, folder, "It")
     sha = meta.get("init_from_sha256")
     return ["", f"Its training continued an earlier model, published in `{folder}/{START}/`"
             + (f" (weights sha256 `{sha}`)" if sha else "") + ": the command above trains on "
             "from those weights. That start retrains, with the pack it was the best seed of:",
             "", "```sh", shlex.join(["arithsweep", "train", "--config",
-                                     f"{folder}/{START}/config.json"]), "```"]
+                                     f"{folder}/{START}/config.json"]), "```", *start_chain]
+
+
+def state_chain(config: dict[str, Any], folder: str, who: str) -> list[str]:
+    """For a model trained from every seed's state of another run (`--init-from <out>/resume`,
+    meta `init_from_state`, see core.training.resume.state_origin): the two commands that
+    retrain it from `folder`'s config.json, that run first (its fields set back)."""
+    meta = config.get("meta") if isinstance(config.get("meta"), dict) else {}
+    origin = meta.get("init_from_state")
+    train = config.get("train") if isinstance(config.get("train"), dict) else {}
+    if not isinstance(origin, dict) or not isinstance(origin.get("train"), dict):
+        return []
+    sets = [f"{k}={json.dumps(v)}" for k, v in sorted(origin["train"].items())
+            if k != "init_from" and k in train and train[k] != v]
+    cfg = f"{folder}/config.json"
+    first = ["arithsweep", "train", "--config", cfg, "--set", "init_from=null",
+             *[x for kv in sets for x in ("--set", kv)], "--out", "first"]
+    then = ["arithsweep", "train", "--config", cfg, "--init-from", "first/resume",
+            "--out", "then"]
+    return ["", f"{who} began from every seed's own training state at step "
+            f"{origin.get('step')} of an earlier run: a state, which is not published (the "
+            "`init_from` of its config.json is where it lay on the machine that trained it). "
+            "Both runs retrain from that config.json, the earlier one first:",
+            "", "```sh", shlex.join(first), shlex.join(then), "```"]

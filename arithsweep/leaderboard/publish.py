@@ -200,16 +200,26 @@ def _copy_start(src: Path, dst: Path, sha: str | None, what: str) -> None:
         _copy_start(src / START, dst / START, None, what)
 
 
+def _start_config(folder: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads((folder / START / CHECKPOINT_FILES[1]).read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 def leaderboard_markdown(
     rows: list[dict[str, Any]],
     configs: list[dict[str, Any]],
     dest_label: str,
     extra_sections: list[str] | None = None,
     provenance: list[list[str]] | None = None,
+    starts: list[dict[str, Any] | None] | None = None,
 ) -> str:
     """LEADERBOARD.md for `rows` published under `dest_label` (the --dir as given, which is
     where the commands expect the checkpoints); `configs` are their config.json contents,
-    `provenance` each row's `search_lines` (none when not given)."""
+    `provenance` each row's `search_lines` (none when not given), `starts` the config.json of
+    each one's published start (None where it has none)."""
     sizes = [r.get("suite_size") or r.get("n_problems") or 0 for r in rows]
     suites = ", ".join(sorted({str(r.get("suite")) for r in rows}))
     span = f"{min(sizes):,}" if min(sizes) == max(sizes) else f"{min(sizes):,} to {max(sizes):,}"
@@ -236,7 +246,8 @@ def leaderboard_markdown(
                      _count(row.get("n_problems")), str(row.get("architecture") or ""),
                      seeds_reached(row, config), f"[{name}]({CHECKPOINTS}/{name}/)"])
     out += _md_table(PUBLISHED_COLUMNS, body)
-    for row, config, found in zip(rows, configs, provenance or [[]] * len(rows)):
+    for row, config, found, start in zip(rows, configs, provenance or [[]] * len(rows),
+                                         starts or [None] * len(rows)):
         name = checkpoint_dir_name(row)
         folder = f"{dest_label}/{CHECKPOINTS}/{name}"
         out += [
@@ -249,7 +260,7 @@ def leaderboard_markdown(
             *found,
             "", retrain_header(config), "", "```sh",
             published_reproduce(row, f"{folder}/config.json"), "```",
-            *start_lines(config, folder),
+            *start_lines(config, folder, start),
             *pack_lines(row, f"{folder}/config.json"),
             "", "Re-verify the published weights:", "", "```sh",
             verify_command(row, folder), "```",
@@ -351,8 +362,9 @@ def publish(
                 json.dumps(entry_record(r, lines), indent=2) + "\n")
         by_sha = {r.get("sha256"): c for r, c in zip(rows, configs)}
         sections = project_sections(rows, dest, lambda r: seeds_reached(r, by_sha[r["sha256"]]))
+        starts = [_start_config(stage / CHECKPOINTS / n) for n in names]
         text = leaderboard_markdown(rows, configs, _label(dest),
-                                    sections + list(extra_sections or []), found)
+                                    sections + list(extra_sections or []), found, starts)
         (stage / MARKDOWN).write_text(text, encoding="utf-8")
         (stage / INDEX).write_text(index_text([index_entry(
             r, n, seeds_reached(r, c), published_reproduce(

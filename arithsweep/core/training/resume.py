@@ -249,3 +249,22 @@ def start_members_from_state(model: Any, path: str | Path) -> int:
         for n, p in params.items():
             p.copy_(weights[n].to(p.device))
     return state.step
+
+
+def state_origin(init_from: str | None) -> dict[str, Any]:
+    """{"init_from_state": ...} for a run that began from every member's state in another run's
+    state folder (`init_from` = `<out>/resume`): that run's step, task, format, model and train
+    config, from the state's own job, so that a checkpoint says how its start retrains (the
+    state itself is not a checkpoint: publish cannot copy it). {} for anything else, or when the
+    state is gone or holds no job (a search trial's)."""
+    if not init_from or not is_state_dir(init_from):
+        return {}
+    try:
+        state = latest_state(init_from)
+    except CheckpointError:
+        return {}
+    job = ((state.doc.get("extra") or {}).get("job") or {}) if state is not None else {}
+    if not isinstance(job.get("train"), dict):
+        return {}
+    return {"init_from_state": {"step": state.step, **{k: job[k] for k in (
+        "task", "format", "model", "train") if k in job}}}

@@ -37,7 +37,7 @@ from arithsweep.core.model.checkpoint import keep_start, save_checkpoint
 from arithsweep.core.model.model import ArithTransformer, ModelConfig, count_params
 from arithsweep.core.model.tiny_layout import unsupported
 from arithsweep.core.training.recipe import mine_errors
-from arithsweep.core.training.resume import generator_state, set_generator, sub
+from arithsweep.core.training.resume import generator_state, set_generator, state_origin, sub
 
 DATA_CHUNK_STEPS = 32  # batches sampled per call: amortises sampling overhead over many steps
 
@@ -148,8 +148,9 @@ class TrainResult:
                 **(meta or {})}
         # a continued run's checkpoint carries its start, so its --config runs anywhere
         cfg, start = keep_start(self.train_cfg, path)
+        origin = state_origin(self.train_cfg.init_from if self.train_cfg else None)
         return save_checkpoint(path, self.best_model(), self.task, 0, cfg, metrics,
-                               {**info, **start})
+                               {**info, **start, **origin})
 
 
 class _DataStream:
