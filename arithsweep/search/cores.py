@@ -67,11 +67,15 @@ class SpareCores:
 def trial_cpus(default: float) -> int:
     """The CPUs Tune gives this trial now (a re-sized trial's new ones), as threads; `default`
     (the search's cpus_per_trial) outside Tune or where it cannot say."""
-    try:
-        from ray import tune
+    import warnings
 
-        pgf = tune.get_context().get_trial_resources()
-        cpus = float(pgf.required_resources.get("CPU", default))
-    except Exception:  # not in a Tune trial (a runner built by hand, tests)
-        cpus = float(default)
-    return max(1, int(cpus))
+    from ray import tune
+
+    with warnings.catch_warnings():  # outside a trial Ray warns, then says None
+        warnings.simplefilter("ignore")
+        try:
+            pgf = tune.get_context().get_trial_resources()
+        except Exception:  # no Tune session at all (a runner built by hand)
+            pgf = None
+    cpus = default if pgf is None else pgf.required_resources.get("CPU", default)
+    return max(1, int(float(cpus)))
