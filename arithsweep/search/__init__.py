@@ -6,7 +6,8 @@ imports the leaderboard. By job:
     the run       driver (run_search), options (SearchOptions: every default; progress,
                   summary), tuner (the Tune experiment: constants, searcher, callbacks),
                   run_settings (the running search's registry and its stoppers), cluster
-                  (starting or joining Ray), live (events for the live table)
+                  (starting or joining Ray), cores (a lone trial lent the idle cores), live
+                  (events for the live table)
     the space     space_file (the YAML format), space_fields (what a space may set), spaces
                   (where spaces meet Optuna; finding them)
     proposing     searcher (Optuna proposes; only proposals that can still win train),
