@@ -306,6 +306,8 @@ def test_a_trial_running_alone_is_lent_the_idle_core_and_trains_the_same(ray_loc
     # no step trained twice or skipped, and every evaluation the same
     assert [(r["step"], r.get("em")) for r in a] == [(r["step"], r.get("em")) for r in b]
     assert lent.trials[0]["best_em"] == alone.trials[0]["best_em"]
+    client, (run,) = _trial_runs(lent)  # MLflow keeps the trial's cpus as a curve
+    assert [m.value for m in client.get_metric_history(run.info.run_id, "cpus")][:2] == [1, 2]
     # what it cost counts the lent core: more CPU-time than its own wall time on one core
     (t,) = [r for r in a if "cpus" in r][-1:]
     assert lent.cpu_hours * 3600 > t["time_total_s"] * 1.2

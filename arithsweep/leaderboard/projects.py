@@ -82,8 +82,9 @@ PROJECTS: tuple[Project, ...] = (
         "a Grokfast phase from every seed's own last state (`arithsweep train --config "
         "recipes/anchors/tbukic-36.yaml --seeds 64 --seed 0 --init-from s0/resume --set "
         "steps=100000 --set lr=0.001 --set min_lr_ratio=0.1 --set grokfast_lambda=3.0 --set "
-        "curriculum=null --set cosine_from=0 --out g0`), then the finishers on its best seed, mining training "
-        "problems only (the command under the entry): 99.40% of the 1,122,011 problems and "
+        "curriculum=null --set cosine_from=0 --out g0`), then the finishers on its best "
+        "seed, mining training problems only (the command under the entry): 99.40% of the "
+        "1,122,011 problems and "
         "9,956 of AdderBoard's 10,010 (99.46%). It is seed 24, the best of 128 seeds trained "
         "this way (docs/results.md#tbukic36-parity); its pack took about 1.4 CPU-hours, its "
         "finishing 45 minutes of a core.",

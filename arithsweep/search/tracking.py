@@ -43,7 +43,8 @@ class MlflowTrialCallback(tune.Callback):
     `describe(config)` (a picklable callable) turns a trial config into the params to log.
     """
 
-    METRICS = ("best_em", "em", "loss", "params", "examples", "elapsed", "lr", "failed_seeds")
+    METRICS = ("best_em", "em", "loss", "params", "examples", "elapsed", "lr", "failed_seeds",
+               "cpus")  # cpus: a lone trial lent the idle cores (search.cores)
 
     def __init__(self, name: str, tracking_uri: str, experiment_id: str, parent_run_id: str,
                  describe: Callable[[dict], dict[str, str]], target: float) -> None:
