@@ -349,6 +349,12 @@ def start_lines(config: dict[str, Any], folder: str,
                                      f"{folder}/{START}/config.json"]), "```", *start_chain]
 
 
+def set_args(fields: dict[str, Any]) -> list[str]:
+    """`--set k=v` arguments for train or finish, sorted by field, each value as JSON (which
+    the CLI's YAML reads back as the same value)."""
+    return [x for k, v in sorted(fields.items()) for x in ("--set", f"{k}={json.dumps(v)}")]
+
+
 def state_chain(config: dict[str, Any], folder: str, who: str) -> list[str]:
     """For a model trained from every seed's state of another run (`--init-from <out>/resume`,
     meta `init_from_state`, see core.training.resume.state_origin): the two commands that
@@ -358,11 +364,11 @@ def state_chain(config: dict[str, Any], folder: str, who: str) -> list[str]:
     train = config.get("train") if isinstance(config.get("train"), dict) else {}
     if not isinstance(origin, dict) or not isinstance(origin.get("train"), dict):
         return []
-    sets = [f"{k}={json.dumps(v)}" for k, v in sorted(origin["train"].items())
-            if k != "init_from" and k in train and train[k] != v]
+    back = {k: v for k, v in origin["train"].items()
+            if k != "init_from" and k in train and train[k] != v}
     cfg = f"{folder}/config.json"
     first = ["arithsweep", "train", "--config", cfg, "--set", "init_from=null",
-             *[x for kv in sets for x in ("--set", kv)], "--out", "first"]
+             *set_args(back), "--out", "first"]
     then = ["arithsweep", "train", "--config", cfg, "--init-from", "first/resume",
             "--out", "then"]
     return ["", f"{who} began from every seed's own training state at step "

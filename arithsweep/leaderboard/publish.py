@@ -51,6 +51,7 @@ from arithsweep.leaderboard.projects import project_sections
 from arithsweep.leaderboard.provenance import (
     ENTRY_FILE,
     START,
+    _read,
     entry_record,
     pack_lines,
     published_reproduce,
@@ -198,14 +199,6 @@ def _copy_start(src: Path, dst: Path, sha: str | None, what: str) -> None:
                               f"(sha256 {sha[:12]}…)")
     if (src / START).is_dir():
         _copy_start(src / START, dst / START, None, what)
-
-
-def _start_config(folder: Path) -> dict[str, Any] | None:
-    try:
-        doc = json.loads((folder / START / CHECKPOINT_FILES[1]).read_text())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
 
 
 def leaderboard_markdown(
@@ -362,7 +355,7 @@ def publish(
                 json.dumps(entry_record(r, lines), indent=2) + "\n")
         by_sha = {r.get("sha256"): c for r, c in zip(rows, configs)}
         sections = project_sections(rows, dest, lambda r: seeds_reached(r, by_sha[r["sha256"]]))
-        starts = [_start_config(stage / CHECKPOINTS / n) for n in names]
+        starts = [_read(stage / CHECKPOINTS / n / START / CHECKPOINT_FILES[1]) for n in names]
         text = leaderboard_markdown(rows, configs, _label(dest),
                                     sections + list(extra_sections or []), found, starts)
         (stage / MARKDOWN).write_text(text, encoding="utf-8")

@@ -21,7 +21,6 @@ random problems; entries verified with it keep "v1" as their suite name.
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Callable
 from typing import Any
@@ -35,7 +34,12 @@ from arithsweep.core.data.tasks import Task
 from arithsweep.core.errors import ArithsweepError, ConfigError
 from arithsweep.core.evaluation.evaluate import breakdown, exact_match, greedy_decode
 from arithsweep.core.model.checkpoint import START, Checkpoint, load_checkpoint
-from arithsweep.leaderboard.provenance import PROVENANCE, checkpoint_provenance, published_entry
+from arithsweep.leaderboard.provenance import (
+    PROVENANCE,
+    checkpoint_provenance,
+    published_entry,
+    set_args,
+)
 from arithsweep.leaderboard.report import (
     SUITE,
     TARGET,
@@ -123,8 +127,7 @@ def reproduce_command(ck: Checkpoint) -> str:
     finish_set = ck.meta.get("finish_set")
     if isinstance(finish_set, dict) and (ck.path / START).is_dir():
         return shlex.join(["arithsweep", "finish", str(ck.path / START), "--out", "finished",
-                           *(x for k, v in sorted(finish_set.items())
-                             for x in ("--set", f"{k}={json.dumps(v)}"))])
+                           *set_args(finish_set)])
     seed = ck.meta.get("seed", ck.train_cfg.seed if ck.train_cfg else 0)
     parts = ["arithsweep", "train", "--task", ck.task.name, "--format", ck.task.fmt.name,
              "--config", str(ck.path / "config.json"), "--seeds", "1", "--seed", str(seed)]

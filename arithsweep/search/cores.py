@@ -42,12 +42,6 @@ def scheduler(cpus_per_trial: float, gpus: float, node_cpus: int) -> Any:
         resources_allocation_function=SpareCores(int(node_cpus // per) - 1, int(per)))
 
 
-def _distribute() -> type:
-    from ray.tune.schedulers.resource_changing_scheduler import DistributeResources
-
-    return DistributeResources
-
-
 class SpareCores:
     """Tune's DistributeResources in steps of one trial's CPUs, capped at one node's, and only
     at a result with the trial's state. Picklable: Tune saves it with the scheduler."""
@@ -59,7 +53,9 @@ class SpareCores:
                  scheduler: Any) -> Any:
         if not result.get(STATE_SAVED):  # a pause now would replay steps since the last state
             return None
-        share = _distribute()(add_bundles=False, increase_by={"CPU": self.per_trial},
+        from ray.tune.schedulers.resource_changing_scheduler import DistributeResources
+
+        share = DistributeResources(add_bundles=False, increase_by={"CPU": self.per_trial},
                               increase_by_times=self.max_extra)
         return share(tune_controller, trial, result, scheduler)
 
