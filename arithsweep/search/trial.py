@@ -71,8 +71,13 @@ def seed_block(const: dict[str, Any], trial_number: int) -> int:
     return (seed * TRIALS_PER_SEED + n % TRIALS_PER_SEED) * SEED_BLOCK
 
 
-_BUILT: dict[str, tuple[Any, Any]] = {}  # _task_and_model's, by its arguments' repr
+_BUILT: dict[str, tuple[Any, Any]] = {}  # _task_and_model's, by _sample_key
 _BUILT_MAX = 256
+
+
+def _sample_key(model: dict[str, Any], fmt: dict[str, Any]) -> str:
+    """A sample's model and format sections as one hashable key (their values may be lists)."""
+    return repr((sorted(model.items()), sorted(fmt.items())))
 
 
 def _task_and_model(task_name: str, model: dict[str, Any], fmt: dict[str, Any]):
@@ -80,7 +85,7 @@ def _task_and_model(task_name: str, model: dict[str, Any], fmt: dict[str, Any]):
     context) filled in. ConfigError (or TypeError) if they do not make a valid model.
     Built once per sample in a process (the driver sizes a proposal, describes it to MLflow
     and summarises it); each caller gets its own copy of the ModelConfig."""
-    key = repr((task_name, sorted(model.items()), sorted(fmt.items())))  # values may be lists
+    key = f"{task_name} {_sample_key(model, fmt)}"
     if key not in _BUILT:
         from arithsweep.core.data.formats import Format, fill_places
         from arithsweep.core.data.tasks import get_task
@@ -148,7 +153,7 @@ class ProposalSizer:
         from arithsweep.core.model.model import count_params
 
         model, _, fmt, _ = trial_sections({k: v for k, v in config.items() if k != CONST_KEY})
-        key = repr((sorted(model.items()), sorted(fmt.items())))  # values may be lists
+        key = _sample_key(model, fmt)
         if key not in self._cache:
             try:
                 self._cache[key] = int(count_params(
