@@ -45,13 +45,18 @@ static inline vf vmax(vf a, vf b) { vi m = a > b; return (vf)((m & (vi)a) | (~m 
 static inline vf vmin(vf a, vf b) { vi m = a < b; return (vf)((m & (vi)a) | (~m & (vi)b)); }
 static inline vf vsel(vi m, vf a) { return (vf)(m & (vi)a); } /* a where m, else 0 */
 
-/* e^x, Cephes' expf polynomial after x = n ln2 + r: |rel err| < 2e-7 on [-87, 88]. */
-static inline vf vexp(vf x) {
-    x = vmin(vmax(x, vsplat(-87.0f)), vsplat(88.0f));
+/* e^x, Cephes' expf polynomial after x = n ln2 + r: |rel err| < 2e-7 on [-87, 88]. `neg`: the
+ * caller knows x <= 0 or NaN (a softmax's x - max), so the upper clamp is a no-op and z rounds
+ * as z - 0.5: the same n and the same bits as the general path, in three fewer operations. */
+static INLINE vf vexp_at(vf x, int neg) {
+    x = vmax(x, vsplat(-87.0f));
+    if (!neg) x = vmin(x, vsplat(88.0f));
     vf z = x * 1.44269504088896341f;
     /* round half away from zero: z + copysign(0.5, z), truncated (the same n as adding
-     * -0.5 below zero and 0.5 from zero up) */
-    vi n = __builtin_convertvector(z + (vf)(((vi)z & ((vi){0} + INT32_MIN)) | (vi)vsplat(0.5f)), vi);
+     * -0.5 below zero and 0.5 from zero up; at z = +0 both give 0) */
+    vi n = neg ? __builtin_convertvector(z - 0.5f, vi)
+               : __builtin_convertvector(z + (vf)(((vi)z & ((vi){0} + INT32_MIN))
+                                                  | (vi)vsplat(0.5f)), vi);
     vf nf = __builtin_convertvector(n, vf);
     vf r = x - nf * 0.693359375f + nf * 2.12194440e-4f;
     vf p = vsplat(1.9875691500e-4f);
@@ -63,6 +68,8 @@ static inline vf vexp(vf x) {
     vf y = p * r * r + r + 1.0f;
     return y * (vf)((n + 127) << 23);
 }
+static INLINE vf vexp(vf x) { return vexp_at(x, 0); }
+static INLINE vf vexp_neg(vf x) { return vexp_at(x, 1); } /* x <= 0 (or NaN) */
 
 /* erf by Abramowitz & Stegun 7.1.26 (|abs err| < 1.5e-7), odd-extended */
 static inline vf verf(vf x) {
@@ -327,7 +334,7 @@ static INLINE void tile(const Dims *D, const Offs *O, const Weights *W, const vi
                 pp[u] = a * scale;
                 mx = vmax(mx, pp[u]);
             }
-            for (int u = 0; u <= t; u++) { pp[u] = vexp(pp[u] - mx); sum += pp[u]; }
+            for (int u = 0; u <= t; u++) { pp[u] = vexp_neg(pp[u] - mx); sum += pp[u]; }
             sum = 1.0f / sum;
             for (int u = 0; u <= t; u++) pp[u] *= sum;
             vf *oo = o + i * no + hh * vh;
@@ -392,7 +399,7 @@ static INLINE void tile(const Dims *D, const Offs *O, const Weights *W, const vi
             mx = vmax(mx, z[v]);
             zt += vsel(target == v, z[v]);
         }
-        for (int v = 0; v < V; v++) { z[v] = vexp(z[v] - mx); sum += z[v]; }
+        for (int v = 0; v < V; v++) { z[v] = vexp_neg(z[v] - mx); sum += z[v]; }
         const vf m = mask[i];
         *loss += m * (mx + vlog(sum) - zt);
         sum = m / sum;
