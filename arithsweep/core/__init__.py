@@ -5,8 +5,8 @@ the rooms before it; `tests/test_layout.py` checks it with `ast`, function-level
 included):
 
     basics        errors, numbers, yaml_loader, hashing, config (import the configs from
-                  here), config_base, model_config, train_config, config_checks: torch-free,
-                  used by every room
+                  here), config_base, model_config, train_config, config_checks, native (builds
+                  and loads the C helpers): torch-free, used by every room
     data/         tasks, formats, sort_task, sampling, hash_sampling, mix, quirke
     model/        layers, weights, model, tiny_layout, checkpoint
     evaluation/   evaluate, stats, confirm, ood, inspect

@@ -78,6 +78,18 @@ if _STAND_IN:
 '''
 
 
+# encoding and tasks hand their training batches' rows to arithsweep's C helpers
+# (core/data/native_rows.py) where those are built; a submission is one file, so it says "not
+# here" and the torch ops (the same integers) run
+_NO_NATIVE_ROWS = '''class native_rows:  # noqa: N801 (stands in for a module)
+    MODES = ()
+
+    @staticmethod
+    def usable(*tensors):
+        return False
+'''
+
+
 def _module_source(mod: Any) -> str:
     src = inspect.getsource(mod)
     src = _FUTURE.sub("", src)
@@ -135,6 +147,7 @@ def submission_source(row: dict[str, Any], weights_dir: str, author: str = "arit
              "# ---------------------------------------------------------------- formats",
              _module_source(formats),
              "# ---------------------------------------------------------------- encoding",
+             _NO_NATIVE_ROWS,
              _module_source(encoding),
              "# ---------------------------------------------------------------- tasks",
              _module_source(tasks),

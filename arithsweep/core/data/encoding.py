@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from arithsweep.core.data import native_rows
 from arithsweep.core.data.sampling import _digit_table, _digits, _num_digits
 
 _OP_SYMBOL = "+-*"  # indexed by op code
@@ -65,41 +66,43 @@ def encode_fixed(task: Any, a: Tensor, b: Tensor, op: Tensor, r: Tensor,
     number's digits go to their columns in one copy, no per-row scatter; `r` (N,) the
     answers."""
     ids, f, n, big = task.token_id, task.fmt, task.n_digits, a.shape[0]
+    # the row's layout, left to right: a token (an int, or a tensor of one per row) in one
+    # column, or a number (x, width, least significant digit first) in `width` columns
+    parts: list[Tensor | int | tuple[Tensor, int, bool]] = []
+    zeros = f.zero_delimiters
+    if zeros:
+        parts.append(0)
+    parts.append((a, n, f.reverse_operands))
+    if zeros:
+        parts.append(0)
+    elif f.delimiters or task.op == "mix":
+        codes = torch.tensor([ids.get(s, -1) for s in _OP_SYMBOL], device=a.device)
+        parts.append(torch.take(codes, op))  # take, not codes[op]: see sampling._pow10
+    if zeros:
+        parts.append(0)
+    parts.append((b, n, f.reverse_operands))
+    if f.delimiters:
+        parts.append(0 if zeros else ids["="])
+    if task.signed:
+        parts.append(torch.where(r < 0, ids["-"], 0))
+    parts.append((r.abs(), task.n_answer_digits, f.reverse_answer))
+    assert sum(p[1] if isinstance(p, tuple) else 1 for p in parts) == task.seq_len
+    if (dtype == torch.uint8 and native_rows.usable(a)  # the training batches' case, in C
+            and not any(isinstance(p, Tensor) for p in parts)):
+        return native_rows.encode(parts, big, task.seq_len)
     out = torch.empty((big, task.seq_len), dtype=dtype, device=a.device)
-    col = 0
-
-    def put(tok: Tensor | int) -> None:
-        nonlocal col
-        out[:, col] = tok
-        col += 1
-
     # CPU: in row blocks, so the float64 digit tables stay small enough for the allocator
     # to reuse; whole-batch ones get fresh pages every call, and the page faults cost more
     rows = _ENCODE_ROWS if a.device.type == "cpu" else max(1, big)
-
-    def put_number(x: Tensor, width: int, lsd_first: bool) -> None:
-        nonlocal col
+    col = 0
+    for p in parts:
+        if not isinstance(p, tuple):
+            out[:, col] = p
+            col += 1
+            continue
+        x, width, lsd_first = p
         for lo in range(0, big, rows):
             hi = min(big, lo + rows)
             out[lo:hi, col:col + width] = _digit_table(x[lo:hi], width, lsd_first)
         col += width
-
-    zeros = f.zero_delimiters
-    if zeros:
-        put(0)
-    put_number(a, n, f.reverse_operands)
-    if zeros:
-        put(0)
-    elif f.delimiters or task.op == "mix":
-        codes = torch.tensor([ids.get(s, -1) for s in _OP_SYMBOL], device=a.device)
-        put(torch.take(codes, op))  # take, not codes[op]: see sampling._pow10
-    if zeros:
-        put(0)
-    put_number(b, n, f.reverse_operands)
-    if f.delimiters:
-        put(0 if zeros else ids["="])
-    if task.signed:
-        put(torch.where(r < 0, ids["-"], 0))
-    put_number(r.abs(), task.n_answer_digits, f.reverse_answer)
-    assert col == task.seq_len
     return out

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from arithsweep.core.config import TrainConfig
+from arithsweep.core.data import native_rows
 from arithsweep.core.data.mix import carry_mode, carry_share, curriculum_cap, values_rows
 from arithsweep.core.data.sampling import _pow10, _splice_carry
 from arithsweep.core.data.tasks import Task
@@ -132,6 +133,8 @@ def _mode_pair(m: int, w: _Words, cap: Tensor, op: Tensor, task: Task) -> tuple[
     of one length shared by both operands) for every row of w: a pure function of each row's
     key, cap and op, so any subset of rows gives the same rows."""
     n, pat = task.n_digits, m == 3
+    if m in native_rows.MODES and native_rows.usable(w.key, cap):  # the same rows, in C
+        return native_rows.draw(w.key, torch.full_like(w.key, m), cap, n)
     if m in (1, 4):
         hi = _pow10(cap)
         w.at(_VALUES_AT)

@@ -25,13 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import hashlib
 import os
-import platform
-import re
-import shutil
-import subprocess
-import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -40,8 +34,10 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from arithsweep.core import native
 from arithsweep.core.config import ABACUS_POSITIONS
 from arithsweep.core.model.weights import attn_weights, mlp_weights, token_table
+from arithsweep.core.native import TARGET_ENV, target  # noqa: F401 (TARGET_ENV: the tests)
 
 LANES = 16  # sequences per tile: one AVX-512 register of float32 (two AVX2 ones)
 CHUNK = 4  # tiles per unit of work: 64 sequences, so even one seed's batch feeds two threads
@@ -49,14 +45,9 @@ _SOURCE = Path(__file__).with_name("tiny_kernel.c")
 # no -ffast-math: the vector code is explicit, so IEEE arithmetic costs nothing and keeps the
 # kernel's numbers the reference layout's to float32 rounding
 _FLAGS = ["-O3", "-fno-math-errno", "-shared", "-fPIC", f"-DL={LANES}"]
-# The instruction set the kernel is built for (gcc/clang -march): `native` by default, or a
-# fixed level such as x86-64-v3 to reproduce another machine's build (docs/training.md,
-# "Where the same seed gives the same weights"). Read once, when the kernel loads.
-TARGET_ENV = "ARITHSWEEP_KERNEL_TARGET"
 # more compiler flags, after ours (a test of another machine's rounding: -ffp-contract=fast
 # builds what the kernel was before contraction was pinned); part of the cache key
 CFLAGS_ENV = "ARITHSWEEP_KERNEL_CFLAGS"
-_TARGET_OK = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 (F_POS, F_NORM, F_QKNORM, F_ROPE, F_ROPE_IL, F_FINAL, F_RELU, F_SWIGLU, F_GELU, F_LAYER,
  F_NBIAS) = (1 << i for i in range(11))
 N_WEIGHTS = 18  # effective_weights' list
@@ -87,16 +78,6 @@ def load_error() -> str | None:
     return _lib_error
 
 
-def _cache_dir() -> Path:
-    root = os.environ.get("ARITHSWEEP_CACHE") or Path.home() / ".cache" / "arithsweep"
-    return Path(root) / "kernels"
-
-
-def target() -> str:
-    """The -march the kernel is (or would be) built for: $ARITHSWEEP_KERNEL_TARGET or native."""
-    return os.environ.get(TARGET_ENV, "").strip() or "native"
-
-
 def build_flags() -> list[str]:
     """The compiler flags of this process's kernel build. Contraction of a*b+c into one fused
     multiply-add is pinned off: whether the compiler fuses depends on the target's instruction
@@ -107,26 +88,8 @@ def build_flags() -> list[str]:
 
 
 def library_path(cc: str, flags: list[str]) -> Path:
-    """Where the build of the kernel by compiler `cc` with `flags` is cached. The key holds
-    the source, the compiler and its version, the flags (the target among them) and the CPU's
-    own flags: a native build is only valid on its CPU kind, and a build for a fixed target
-    is kept beside the native one, never taken for it."""
-    version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60)
-    key = hashlib.sha256(_SOURCE.read_bytes() + " ".join(
-        [cc, version.stdout.split("\n")[0], *flags, _cpu_flags()]).encode()).hexdigest()
-    return _cache_dir() / f"tiny_kernel-{key[:16]}.so"
-
-
-def _cpu_flags() -> str:
-    # -march=native code is only valid on the CPU it was built for: a cluster sharing a home
-    # directory gets one build per CPU kind
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return line
-    except OSError:
-        pass
-    return platform.processor()
+    """Where the build of the kernel by compiler `cc` with `flags` is cached (native.py)."""
+    return native.library_path(_SOURCE, cc, flags)
 
 
 def _load() -> None:
@@ -134,36 +97,10 @@ def _load() -> None:
     with _lock:
         if _lib is not None or _lib_error is not None:
             return
-        cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-        if cc is None:
-            _lib_error = "no C compiler (cc) to build the tiny kernel"
-            return
-        if not _TARGET_OK.fullmatch(target()):
-            _lib_error = f"{TARGET_ENV}={target()!r} is not an instruction set name"
-            return
-        flags = build_flags()
-        try:
-            so = library_path(cc, flags)
-            if not so.exists():
-                so.parent.mkdir(parents=True, exist_ok=True)
-                # built beside its final name, then renamed: trials starting together on one
-                # machine never load a half-written library
-                fd, tmp = tempfile.mkstemp(suffix=".so", dir=so.parent)
-                os.close(fd)
-                try:
-                    run = subprocess.run([cc, *flags, "-o", tmp, str(_SOURCE), "-lm"],
-                                         capture_output=True, text=True, timeout=300)
-                    if run.returncode:
-                        last = (run.stderr.strip().splitlines() or ["?"])[-1]
-                        _lib_error = f"the tiny kernel did not compile: {last}"
-                        return
-                    os.replace(tmp, so)
-                finally:
-                    if os.path.exists(tmp):
-                        os.unlink(tmp)
-            lib = ctypes.CDLL(str(so))
-        except (OSError, subprocess.SubprocessError) as e:
-            _lib_error = f"the tiny kernel could not be built or loaded: {e}"
+        lib, _lib_error = None, native.target_error()
+        if _lib_error is None:
+            lib, _lib_error = native.compile_library(_SOURCE, build_flags(), "the tiny kernel")
+        if lib is None:
             return
         p = ctypes.c_void_p
         lib.tiny_offsets.argtypes = [p, p]

@@ -1,0 +1,127 @@
+/* The hash sampler's hot rows in C: candidate problems of the value and uniform modes, the
+ * holdout test, and the tokens of a pad format, row by row.
+ *
+ * Built and loaded by arithsweep/core/data/native_rows.py (no Python or torch headers: the
+ * caller hands raw int64/uint8 buffers). Each function is the integer arithmetic of its torch
+ * counterpart (hash_sampling._mode_pair modes 0, 1 and 4; sampling._holdout with the task's
+ * edge cases; encoding.encode_fixed) done per row instead of per op over a batch, so
+ * its output is the same integers (tests/test_native_rows.py compares them) in one pass over
+ * memory instead of ~100.
+ */
+#include <stdint.h>
+
+#define MUL 0x45D9F3Bu  /* degski's hash32 multiplier, as hash_sampling._MUL */
+#define GOLD 0x9E3779B9u
+
+static const int64_t P10[19] = {1LL, 10LL, 100LL, 1000LL, 10000LL, 100000LL, 1000000LL,
+    10000000LL, 100000000LL, 1000000000LL, 10000000000LL, 100000000000LL, 1000000000000LL,
+    10000000000000LL, 100000000000000LL, 1000000000000000LL, 10000000000000000LL,
+    100000000000000000LL, 1000000000000000000LL};
+
+/* hash_sampling._mix on a 32-bit word: the products wrap mod 2**32 as its `& _M32` does */
+static inline uint32_t mix(uint32_t x) {
+    x = ((x >> 16) ^ x) * MUL;
+    x = ((x >> 16) ^ x) * MUL;
+    return (x >> 16) ^ x;
+}
+
+/* hash_sampling._Words: word i of a row's key; `next` advances first, as its __call__ */
+typedef struct { uint32_t key, i; } Words;
+
+static inline uint32_t next(Words *w) { w->i++; return mix(w->key ^ (w->i * GOLD)); }
+
+static inline int64_t below(Words *w, int64_t hi) { /* [0, hi), hi <= 10**4 */
+    return (int64_t)(((uint64_t)next(w) * (uint64_t)hi) >> 32);
+}
+
+static inline int64_t number(Words *w, int width) { /* [0, 10**width) in groups of 4 digits */
+    int64_t out = 0;
+    for (int lo = 0; lo < width; lo += 4) {
+        int k = width - lo < 4 ? width - lo : 4;
+        out += below(w, P10[k]) * P10[lo];
+    }
+    return out;
+}
+
+static inline int64_t uniform(Words *w, int64_t cap, int n) { /* hash_sampling._uniform */
+    int64_t length = 1 + below(w, cap);
+    int64_t lead = below(w, length == 1 ? 10 : 9) + (length > 1);
+    int64_t scale = P10[length - 1];
+    return lead * scale + number(w, n - 1) % scale;
+}
+
+/* Operands of candidate rows: key (N,) in [0, 2**32), mode (N,) each 0 (uniform), 1 (values)
+ * or 4 (values, one length for both), cap (N,) in 1..n; a, b (N,) out. */
+void rows_draw(int64_t N, const int64_t *key, const int64_t *mode, const int64_t *cap, int n,
+               int64_t *a, int64_t *b) {
+    for (int64_t r = 0; r < N; r++) {
+        Words w = {(uint32_t)key[r], 0};
+        const int64_t c = cap[r];
+        if (mode[r] == 0) {
+            w.i = 10; /* hash_sampling._UNIFORM_AT */
+            a[r] = uniform(&w, c, n);
+            b[r] = uniform(&w, c, n);
+            continue;
+        }
+        w.i = 40; /* hash_sampling._VALUES_AT */
+        const int64_t hi = P10[c];
+        int64_t x = number(&w, n) % hi, y = number(&w, n) % hi;
+        if (mode[r] == 4) {
+            int64_t len = below(&w, c); /* drawn for every row, used below the cap */
+            len = c < n ? 1 + len : c;
+            x %= P10[len];
+            y %= P10[len];
+        }
+        a[r] = x;
+        b[r] = y;
+    }
+}
+
+static inline uint32_t fmix32(uint32_t h) { /* sampling._fmix32 */
+    h ^= h >> 16;
+    h *= 0x85EBCA6Bu;
+    h ^= h >> 13;
+    h *= 0xC2B2AE35u;
+    return h ^ (h >> 16);
+}
+
+/* Task._held: sampling._holdout's keyed hash, or one of the E edge cases (ea, eb, eo) (E, 3)
+ * (the op compared only when `ops` > 1). a, b, op (N,) non-negative; held (N,) 0/1 out. */
+void rows_held(int64_t N, const int64_t *a, const int64_t *b, const int64_t *op, int E,
+               const int64_t *edges, int ops, uint8_t *held) {
+    const int64_t K0 = 0x9E3779B, K1 = 0x7F4A7C1, K2 = 0x5BD1E99, K3 = 0x27D4EB3, K4 = 0x165667B;
+    const int64_t M32 = 0xFFFFFFFFLL;
+    for (int64_t r = 0; r < N; r++) {
+        const int64_t x = a[r], y = b[r], o = op[r];
+        int64_t s = (x & M32) * K0 + (x >> 32) * K1 + (y & M32) * K2 + (y >> 32) * K3 + o * K4;
+        uint8_t h = (fmix32((uint32_t)((s & M32) ^ (s >> 32))) & 15) == 0;
+        for (int e = 0; e < E && !h; e++)
+            h = x == edges[3 * e] && y == edges[3 * e + 1] && (ops < 2 || o == edges[3 * e + 2]);
+        held[r] = h;
+    }
+}
+
+/* encode_fixed's rows (N, T) uint8, written row by row from its layout `prog`: n_parts rows
+ * of (kind, value, width, lsd_first), kind 0 the token `value` in one column, kind 1 the
+ * digits of x[value] (N,) int64 >= 0 in `width` columns, least significant first or most
+ * (digits above width dropped, as _digit_table's). */
+void rows_encode(int64_t N, const int64_t *const *x, const int32_t *prog, int n_parts,
+                 uint8_t *out, int64_t T) {
+    for (int64_t r = 0; r < N; r++) {
+        uint8_t *o = out + r * T;
+        for (int p = 0; p < n_parts; p++) {
+            const int32_t *q = prog + 4 * p;
+            if (q[0] == 0) {
+                *o++ = (uint8_t)q[1];
+                continue;
+            }
+            uint64_t v = (uint64_t)x[q[1]][r];
+            const int width = q[2];
+            for (int j = 0; j < width; j++) {
+                o[q[3] ? j : width - 1 - j] = (uint8_t)(v % 10);
+                v /= 10;
+            }
+            o += width;
+        }
+    }
+}
