@@ -98,18 +98,19 @@ def test_switched_off_it_says_why(monkeypatch):
 def test_an_adderboard_export_stands_in_for_them(tmp_path):
     """A submission is one file: encoding's and tasks' calls into the C rows must resolve
     there to the torch ops (ruff's undefined-name check on the exported source)."""
-    import shutil
+    import importlib.util
     import subprocess
+    import sys
 
     from arithsweep.leaderboard.adderboard import submission_source
 
     src = submission_source({"task": "add10", "id": 1, "params": 36, "sha256": "0",
                              "exact_match": 1.0, "n_problems": 1, "suite": "s"}, "w")
     assert "native_rows.usable(" in src and "class native_rows:" in src
-    ruff = shutil.which("ruff")
-    if ruff is None:
+    if importlib.util.find_spec("ruff") is None:
         pytest.skip("ruff not installed")
     (tmp_path / "sub.py").write_text(src)
-    run = subprocess.run([ruff, "check", "--no-cache", "--isolated", "--select", "F821",
-                          str(tmp_path / "sub.py")], capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--isolated",
+                          "--select", "F821", str(tmp_path / "sub.py")],
+                         capture_output=True, text=True)
     assert run.returncode == 0, run.stdout
