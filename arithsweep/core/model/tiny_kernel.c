@@ -247,6 +247,104 @@ static INLINE void qk_bwd(const Dims *D, vf *d, const vf *hat, vf r, const float
     }
 }
 
+/* Attention backward of one query (at position t) and head: dq (zeroed by the caller) gets
+ * the query's gradient; dv[u] and dk[u] of the keys u <= t take its terms. dp: t + 1 scratch.
+ * v, dv, k, dk point at the head's first key (strides nv, nk). */
+static INLINE void attn_bwd_one(const vf *q, const vf *pp, const vf *doo, vf *dq, const vf *v,
+                                vf *dv, const vf *k, vf *dk, vf *dp, int t, int nv, int nk,
+                                int qk, int vh, float scale) {
+    vf pdp = {0};
+    for (int u = 0; u <= t; u++) { /* dp[u] = do . v[u]; dv[u] += p[u] do */
+        const vf *vu = v + u * nv;
+        vf *dvu = dv + u * nv, a = {0};
+        for (int c = 0; c < vh; c++) {
+            a += doo[c] * vu[c];
+            dvu[c] += pp[u] * doo[c];
+        }
+        dp[u] = a;
+        pdp += pp[u] * a;
+    }
+    if (FIXED(qk)) { /* q and dq in locals: dk's stores cannot touch them */
+        vf qa[ACC], dqa[ACC];
+        for (int c = 0; c < qk; c++) qa[c] = q[c], dqa[c] = dq[c];
+        for (int u = 0; u <= t; u++) { /* softmax backward, both score products */
+            vf ds = pp[u] * (dp[u] - pdp) * scale;
+            const vf *ku = k + u * nk;
+            vf *dku = dk + u * nk;
+            for (int c = 0; c < qk; c++) {
+                dqa[c] += ds * ku[c];
+                dku[c] += ds * qa[c];
+            }
+        }
+        for (int c = 0; c < qk; c++) dq[c] = dqa[c];
+    } else {
+        for (int u = 0; u <= t; u++) {
+            vf ds = pp[u] * (dp[u] - pdp) * scale;
+            const vf *ku = k + u * nk;
+            vf *dku = dk + u * nk;
+            for (int c = 0; c < qk; c++) {
+                dq[c] += ds * ku[c];
+                dku[c] += ds * q[c];
+            }
+        }
+    }
+}
+
+/* The same for queries a (position t) and b (t + 1) of one head, fixed widths only: the same
+ * operations in the same order per sum (each key's dv and dk take a's term, then b's), with
+ * each key's v, k, dv and dk read once. dp: 2 (t + 2) scratch. */
+static INLINE void attn_bwd_pair(const vf *qa_, const vf *qb_, const vf *pa, const vf *pb,
+                                 const vf *da, const vf *db, vf *dqa_, vf *dqb_, const vf *v,
+                                 vf *dv, const vf *k, vf *dk, vf *dp, int t, int nv, int nk,
+                                 int qk, int vh, float scale) {
+    vf *dpa = dp, *dpb = dp + t + 2, pdpa = {0}, pdpb = {0};
+    vf oa[ACC], ob[ACC];
+    for (int c = 0; c < vh; c++) oa[c] = da[c], ob[c] = db[c];
+    for (int u = 0; u <= t + 1; u++) {
+        const vf *vu = v + u * nv;
+        vf *dvu = dv + u * nv, a = {0}, b = {0};
+        if (u <= t) {
+            for (int c = 0; c < vh; c++) {
+                a += oa[c] * vu[c];
+                b += ob[c] * vu[c];
+                dvu[c] = dvu[c] + pa[u] * oa[c] + pb[u] * ob[c];
+            }
+            dpa[u] = a;
+            pdpa += pa[u] * a;
+        } else {
+            for (int c = 0; c < vh; c++) {
+                b += ob[c] * vu[c];
+                dvu[c] += pb[u] * ob[c];
+            }
+        }
+        dpb[u] = b;
+        pdpb += pb[u] * b;
+    }
+    vf qa[ACC], qb[ACC], ga[ACC], gb[ACC];
+    for (int c = 0; c < qk; c++) qa[c] = qa_[c], qb[c] = qb_[c], ga[c] = dqa_[c], gb[c] = dqb_[c];
+    for (int u = 0; u <= t; u++) {
+        vf dsa = pa[u] * (dpa[u] - pdpa) * scale, dsb = pb[u] * (dpb[u] - pdpb) * scale;
+        const vf *ku = k + u * nk;
+        vf *dku = dk + u * nk;
+        for (int c = 0; c < qk; c++) {
+            ga[c] += dsa * ku[c];
+            gb[c] += dsb * ku[c];
+            dku[c] = dku[c] + dsa * qa[c] + dsb * qb[c];
+        }
+    }
+    {
+        const int u = t + 1;
+        vf dsb = pb[u] * (dpb[u] - pdpb) * scale;
+        const vf *ku = k + u * nk;
+        vf *dku = dk + u * nk;
+        for (int c = 0; c < qk; c++) {
+            gb[c] += dsb * ku[c];
+            dku[c] += dsb * qb[c];
+        }
+    }
+    for (int c = 0; c < qk; c++) dqa_[c] = ga[c], dqb_[c] = gb[c];
+}
+
 typedef struct {
     const float *E, *P, *g1, *Wq, *Wk, *Wv, *qn, *kn, *Wo, *g2, *Wg, *Wu, *Wd, *gf, *U, *b1,
         *b2, *bf;
@@ -257,7 +355,7 @@ static size_t ws_size(const Dims *D) { /* vf count of `tile`'s workspace */
     int nv = D->Hkv * D->vh, no = D->H * D->vh, ff = D->ff;
     return (size_t)Ti * (5 * d + 1 + 4 * nk + D->Hkv + 2 * nv + 1)
          + (size_t)Tq * (3 * nq + D->H + D->H * Ti + no + 6 * d + 2 + 3 * ff + D->V)
-         + 4 * d + 3 * ff + no + nq + D->qk;
+         + (size_t)Tq * (no + nq) + (size_t)Ti + 4 * d + 3 * ff + D->qk;
 }
 
 /* One tile of L sequences of one member: loss += sum(mask * ce) per lane, gl[G] += its
@@ -284,9 +382,10 @@ static INLINE void tile(const Dims *D, const Offs *O, const Weights *W, const vi
     TAKE(gt, Tq * ff); TAKE(up, Tq * ff); TAKE(act, Tq * ff);
     TAKE(x2, Tq * d); TAKE(rf, Tq); TAKE(yf, Tq * d); TAKE(hf, Tq * d);
     TAKE(pz, Tq * V);
-    TAKE(dx0, Ti * d); TAKE(dh1, Ti * d); TAKE(dkr, Ti * nk); TAKE(dv, Ti * nv); TAKE(dp, Ti);
+    TAKE(dx0, Ti * d); TAKE(dh1, Ti * d); TAKE(dkr, Ti * nk); TAKE(dv, Ti * nv);
+    TAKE(dp, 2 * Ti);
     TAKE(d_hf, d); TAKE(d_x, d); TAKE(d_y, d); TAKE(d_act, ff); TAKE(d_gt, ff); TAKE(d_up, ff);
-    TAKE(d_o, no); TAKE(d_q, nq); TAKE(d_h, d); TAKE(d_qh, qk);
+    TAKE(d_oq, Tq * no); TAKE(d_qq, Tq * nq); TAKE(d_h, d); TAKE(d_qh, qk);
 #undef TAKE
 
     /* ---- embedding x0[t] = E[tok[t]] + P[t]: a gather, lane by lane */
@@ -453,52 +552,38 @@ static INLINE void tile(const Dims *D, const Offs *O, const Weights *W, const vi
         }
         /* the residual carries dL/dx1 to x0[t]; Wo to the attention output */
         for (int j = 0; j < d; j++) dx0[t * d + j] += d_x[j];
+        vf *d_o = d_oq + i * no;
         memset(d_o, 0, sizeof(vf) * no);
         matvec_bwd(W->Wo, o + i * no, d_x, d_o, gl + O->Wo, d, no);
-        memset(d_q, 0, sizeof(vf) * nq);
+    }
+    /* attention, query by query in order (heads inside, as each query's own backward ran
+     * them); two queries at a time where the widths are fixed and no K/V head is shared:
+     * each key's dv and dk take query i's term and then i + 1's, as one at a time adds them,
+     * but are read and written once for both */
+    memset(d_qq, 0, sizeof(vf) * Tq * nq);
+    for (int i = 0; i < Tq;) {
+        const int t = s + i, pair = FIXED(qk) && FIXED(vh) && g == 1 && i + 1 < Tq;
         for (int hh = 0; hh < H; hh++) {
-            const int hk = hh / g;
-            const vf *q = qr + i * nq + hh * qk, *pp = pr + (i * H + hh) * Ti;
-            const vf *doo = d_o + hh * vh;
-            vf *dq = d_q + hh * qk, pdp = {0};
-            for (int u = 0; u <= t; u++) { /* dp[u] = do . v[u]; dv[u] += p[u] do */
-                const vf *vu = vv + u * nv + hk * vh;
-                vf *dvu = dv + u * nv + hk * vh, a = {0};
-                for (int c = 0; c < vh; c++) {
-                    a += doo[c] * vu[c];
-                    dvu[c] += pp[u] * doo[c];
-                }
-                dp[u] = a;
-                pdp += pp[u] * a;
-            }
-            if (FIXED(qk)) { /* q and dq in locals: dk's stores cannot touch them */
-                vf qa[ACC], dqa[ACC];
-                for (int c = 0; c < qk; c++) qa[c] = q[c], dqa[c] = dq[c];
-                for (int u = 0; u <= t; u++) { /* softmax backward, both score products */
-                    vf ds = pp[u] * (dp[u] - pdp) * scale;
-                    const vf *k = kr + u * nk + hk * qk;
-                    vf *dk = dkr + u * nk + hk * qk;
-                    for (int c = 0; c < qk; c++) {
-                        dqa[c] += ds * k[c];
-                        dk[c] += ds * qa[c];
-                    }
-                }
-                for (int c = 0; c < qk; c++) dq[c] = dqa[c];
-            } else {
-                for (int u = 0; u <= t; u++) {
-                    vf ds = pp[u] * (dp[u] - pdp) * scale;
-                    const vf *k = kr + u * nk + hk * qk;
-                    vf *dk = dkr + u * nk + hk * qk;
-                    for (int c = 0; c < qk; c++) {
-                        dq[c] += ds * k[c];
-                        dk[c] += ds * q[c];
-                    }
-                }
-            }
-            int c0 = i * nq + hh * qk;
-            qk_bwd(D, dq, qhat + c0, rq[i * H + hh], W->qn, gl + O->qn, cs, sn, t, d_qh);
+            const int hk = hh / g, c0 = i * nq + hh * qk, o0 = i * no + hh * vh;
+            const vf *pp = pr + (i * H + hh) * Ti;
+            if (pair)
+                attn_bwd_pair(qr + c0, qr + c0 + nq, pp, pp + H * Ti, d_oq + o0,
+                              d_oq + o0 + no, d_qq + c0, d_qq + c0 + nq, vv + hk * vh,
+                              dv + hk * vh, kr + hk * qk, dkr + hk * qk, dp, t, nv, nk, qk, vh,
+                              scale);
+            else
+                attn_bwd_one(qr + c0, pp, d_oq + o0, d_qq + c0, vv + hk * vh, dv + hk * vh,
+                             kr + hk * qk, dkr + hk * qk, dp, t, nv, nk, qk, vh, scale);
         }
-        matvec_bwd(W->Wq, h1 + t * d, d_q, dh1 + t * d, gl + O->Wq, nq, d);
+        i += pair ? 2 : 1;
+    }
+    for (int i = 0; i < Tq; i++) { /* the queries back to norm1's output */
+        int t = s + i;
+        for (int hh = 0; hh < H; hh++) {
+            int c0 = i * nq + hh * qk;
+            qk_bwd(D, d_qq + c0, qhat + c0, rq[i * H + hh], W->qn, gl + O->qn, cs, sn, t, d_qh);
+        }
+        matvec_bwd(W->Wq, h1 + t * d, d_qq + i * nq, dh1 + t * d, gl + O->Wq, nq, d);
     }
     /* every position: keys back to their raw projection, then Wk, Wv, norm1, the embedding */
     for (int u = 0; u < Ti; u++) {
