@@ -41,8 +41,45 @@ enum { F_POS = 1, F_NORM = 2, F_QKNORM = 4, F_ROPE = 8, F_ROPE_IL = 16, F_FINAL 
 #define FIXED(w) (__builtin_constant_p(w) && (w) <= ACC)
 
 static inline vf vsplat(float x) { return (vf){0} + x; }
+/* vbcast: x in every lane (what `v * x` does to a scalar x). max(a, b) = a > b ? a : b and
+ * min(a, b) = a < b ? a : b lane by lane (b where either is NaN): x86's maxps and minps
+ * exactly. GCC does not see them in the selects of the generic path, and for AVX2 it splits a
+ * 64-byte compare into 16 scalar ones and builds a 64-byte splat through 16 stores to memory,
+ * so the x86 builds call them by name (the same bits) */
+#if defined(__AVX512F__) && L == 16
+#include <immintrin.h>
+static inline vf vbcast(float x) { return (vf)_mm512_set1_ps(x); }
+static inline vf vmax(vf a, vf b) { return (vf)_mm512_max_ps((__m512)a, (__m512)b); }
+static inline vf vmin(vf a, vf b) { return (vf)_mm512_min_ps((__m512)a, (__m512)b); }
+#elif defined(__AVX__) && L == 16
+#include <immintrin.h>
+typedef union { vf v; __m256 h[2]; } vf_halves;
+static inline vf vbcast(float x) {
+    vf_halves r;
+    r.h[0] = r.h[1] = _mm256_set1_ps(x);
+    return r.v;
+}
+static inline vf vmax(vf a, vf b) {
+    vf_halves x = {a}, y = {b}, r;
+    r.h[0] = _mm256_max_ps(x.h[0], y.h[0]);
+    r.h[1] = _mm256_max_ps(x.h[1], y.h[1]);
+    return r.v;
+}
+static inline vf vmin(vf a, vf b) {
+    vf_halves x = {a}, y = {b}, r;
+    r.h[0] = _mm256_min_ps(x.h[0], y.h[0]);
+    r.h[1] = _mm256_min_ps(x.h[1], y.h[1]);
+    return r.v;
+}
+#else
+static inline vf vbcast(float x) {
+    vf r;
+    for (int l = 0; l < L; l++) r[l] = x;
+    return r;
+}
 static inline vf vmax(vf a, vf b) { vi m = a > b; return (vf)((m & (vi)a) | (~m & (vi)b)); }
 static inline vf vmin(vf a, vf b) { vi m = a < b; return (vf)((m & (vi)a) | (~m & (vi)b)); }
+#endif
 static inline vf vsel(vi m, vf a) { return (vf)(m & (vi)a); } /* a where m, else 0 */
 
 /* e^x, Cephes' expf polynomial after x = n ln2 + r: |rel err| < 2e-7 on [-87, 88]. `neg`: the
@@ -212,7 +249,7 @@ static INLINE void rope_apply(vf *x, const float *cs, const float *sn, int t, in
     int half = w / 2;
     for (int i = 0; i < half; i++) {
         int a = il ? 2 * i : i, b = il ? 2 * i + 1 : i + half;
-        float c = cs[i * Trope + t], s = sign * sn[i * Trope + t];
+        const vf c = vbcast(cs[i * Trope + t]), s = vbcast(sign * sn[i * Trope + t]);
         vf xa = x[a], xb = x[b];
         x[a] = xa * c - xb * s;
         x[b] = xb * c + xa * s;
