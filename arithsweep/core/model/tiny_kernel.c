@@ -22,8 +22,20 @@
 #ifndef L
 #define L 16
 #endif
-typedef float vf __attribute__((vector_size(4 * L)));
-typedef int32_t vi __attribute__((vector_size(4 * L)));
+/* VL: the lanes of one vector, L / VL vectors side by side per tile row. An AVX2 build takes
+ * a tile of 16 as two halves of 8, one after the other: GCC 12 keeps 64-byte vectors in
+ * memory when the target's registers hold 32 bytes. Each lane's arithmetic is the same, and
+ * the lanes' sums at the end run over l = 0 .. L - 1 in order, so the bits do not change. */
+#ifndef VL
+#if L == 16 && defined(__AVX__) && !defined(__AVX512F__)
+#define VL 8
+#else
+#define VL L
+#endif
+#endif
+#define NH (L / VL)
+typedef float vf __attribute__((vector_size(4 * VL)));
+typedef int32_t vi __attribute__((vector_size(4 * VL)));
 /* the caller's tokens and masks need not be vector-aligned */
 typedef vi vi_in __attribute__((aligned(4)));
 typedef vf vf_in __attribute__((aligned(4)));
@@ -46,12 +58,17 @@ static inline vf vsplat(float x) { return (vf){0} + x; }
  * exactly. GCC does not see them in the selects of the generic path, and for AVX2 it splits a
  * 64-byte compare into 16 scalar ones and builds a 64-byte splat through 16 stores to memory,
  * so the x86 builds call them by name (the same bits) */
-#if defined(__AVX512F__) && L == 16
+#if defined(__AVX512F__) && VL == 16
 #include <immintrin.h>
 static inline vf vbcast(float x) { return (vf)_mm512_set1_ps(x); }
 static inline vf vmax(vf a, vf b) { return (vf)_mm512_max_ps((__m512)a, (__m512)b); }
 static inline vf vmin(vf a, vf b) { return (vf)_mm512_min_ps((__m512)a, (__m512)b); }
-#elif defined(__AVX__) && L == 16
+#elif defined(__AVX__) && VL == 8
+#include <immintrin.h>
+static inline vf vbcast(float x) { return (vf)_mm256_set1_ps(x); }
+static inline vf vmax(vf a, vf b) { return (vf)_mm256_max_ps((__m256)a, (__m256)b); }
+static inline vf vmin(vf a, vf b) { return (vf)_mm256_min_ps((__m256)a, (__m256)b); }
+#elif defined(__AVX__) && VL == 16
 #include <immintrin.h>
 typedef union { vf v; __m256 h[2]; } vf_halves;
 static inline vf vbcast(float x) {
@@ -74,7 +91,7 @@ static inline vf vmin(vf a, vf b) {
 #else
 static inline vf vbcast(float x) {
     vf r;
-    for (int l = 0; l < L; l++) r[l] = x;
+    for (int l = 0; l < VL; l++) r[l] = x;
     return r;
 }
 static inline vf vmax(vf a, vf b) { vi m = a > b; return (vf)((m & (vi)a) | (~m & (vi)b)); }
@@ -119,13 +136,13 @@ static inline vf verf(vf x) {
 
 static inline vf vrsqrt(vf x) { /* 1/sqrt lane by lane: a plain loop the compiler vectorises */
     vf r;
-    for (int l = 0; l < L; l++) r[l] = 1.0f / sqrtf(x[l]);
+    for (int l = 0; l < VL; l++) r[l] = 1.0f / sqrtf(x[l]);
     return r;
 }
 
 static inline vf vlog(vf x) {
     vf r;
-    for (int l = 0; l < L; l++) r[l] = logf(x[l]);
+    for (int l = 0; l < VL; l++) r[l] = logf(x[l]);
     return r;
 }
 
@@ -395,12 +412,13 @@ static size_t ws_size(const Dims *D) { /* vf count of `tile`'s workspace */
          + (size_t)Tq * (no + nq) + (size_t)Ti + 4 * d + 3 * ff + D->qk;
 }
 
-/* One tile of L sequences of one member: loss += sum(mask * ce) per lane, gl[G] += its
- * gradient per lane. tok (Ti + 1) vi rows, mask Tq rows. With `zout` (evaluation) only the
- * forward runs: the answer positions' logits go to zout (Tq, V, L) and nothing else is
- * written (mask, gl and loss are not read). */
-static INLINE void tile(const Dims *D, const Offs *O, const Weights *W, const vi_in *tok,
-                 const vf_in *mask, const float *cs, const float *sn, float eps, float scale,
+/* VL sequences of one member (a tile, or a part of one): loss += sum(mask * ce) per lane,
+ * gl[G] += its gradient per lane. tok: Ti + 1 rows, mask: Tq rows, each row L apart (the
+ * caller's layout), of which this call reads VL. With `zout` (evaluation) only the forward
+ * runs: the answer positions' logits go to zout (Tq, V, L) and nothing else is written
+ * (mask, gl and loss are not read). */
+static INLINE void tile(const Dims *D, const Offs *O, const Weights *W, const int32_t *tok,
+                 const float *mask, const float *cs, const float *sn, float eps, float scale,
                  vf *gl, vf *loss, vf *ws, float *zout) {
     const int Ti = D->Ti, s = D->s, Tq = Ti - D->s, d = D->d, H = D->H, Hkv = D->Hkv;
     const int qk = D->qk, vh = D->vh, ff = D->ff, V = D->V, f = D->flags, g = H / Hkv;
@@ -429,7 +447,7 @@ static INLINE void tile(const Dims *D, const Offs *O, const Weights *W, const vi
     for (int t = 0; t < Ti; t++)
         for (int j = 0; j < d; j++) {
             vf x;
-            for (int l = 0; l < L; l++) x[l] = W->E[tok[t][l] * d + j];
+            for (int l = 0; l < VL; l++) x[l] = W->E[tok[t * L + l] * d + j];
             x0[t * d + j] = (f & F_POS) ? x + W->P[t * d + j] : x;
         }
     /* ---- norm1; k and v at every position, q from s on */
@@ -525,10 +543,10 @@ static INLINE void tile(const Dims *D, const Offs *O, const Weights *W, const vi
         }
         /* logits, softmax, cross entropy against tok[t + 1]; pz becomes dL/dz */
         vf *z = pz + i * V, mx = vsplat(-INFINITY), sum = {0}, zt = {0};
-        const vi target = tok[t + 1];
+        const vi target = *(const vi_in *)(tok + (t + 1) * L);
         matvec(W->U, hff, z, V, d, 0);
         if (zout) {
-            memcpy(zout + (size_t)i * V * L, z, sizeof(vf) * V);
+            for (int v = 0; v < V; v++) memcpy(zout + ((size_t)i * V + v) * L, z + v, sizeof(vf));
             continue;
         }
         for (int v = 0; v < V; v++) {
@@ -536,7 +554,7 @@ static INLINE void tile(const Dims *D, const Offs *O, const Weights *W, const vi
             zt += vsel(target == v, z[v]);
         }
         for (int v = 0; v < V; v++) { z[v] = vexp_neg(z[v] - mx); sum += z[v]; }
-        const vf m = mask[i];
+        const vf m = *(const vf_in *)(mask + i * L);
         *loss += m * (mx + vlog(sum) - zt);
         sum = m / sum;
         for (int v = 0; v < V; v++) z[v] = z[v] * sum - vsel(target == v, m);
@@ -640,19 +658,19 @@ static INLINE void tile(const Dims *D, const Offs *O, const Weights *W, const vi
         if (f & F_POS)
             for (int j = 0; j < d; j++) gl[O->P + u * d + j] += dx[j];
         /* the token rows: a scatter, lane by lane (lane l's row is its own token's) */
-        for (int l = 0; l < L; l++) {
-            float *ge = (float *)(gl + O->E) + (size_t)tok[u][l] * d * L + l;
-            for (int j = 0; j < d; j++) ge[j * L] += dx[j][l];
+        for (int l = 0; l < VL; l++) {
+            float *ge = (float *)(gl + O->E) + (size_t)tok[u * L + l] * d * VL + l;
+            for (int j = 0; j < d; j++) ge[j * VL] += dx[j][l];
         }
     }
 }
 
-typedef void (*TileFn)(const Dims *, const Offs *, const Weights *, const vi_in *,
-                       const vf_in *, const float *, const float *, float, float, vf *, vf *,
+typedef void (*TileFn)(const Dims *, const Offs *, const Weights *, const int32_t *,
+                       const float *, const float *, const float *, float, float, vf *, vf *,
                        vf *, float *);
 
-static void tile_any(const Dims *D, const Offs *O, const Weights *W, const vi_in *tok,
-                     const vf_in *mask, const float *cs, const float *sn, float eps,
+static void tile_any(const Dims *D, const Offs *O, const Weights *W, const int32_t *tok,
+                     const float *mask, const float *cs, const float *sn, float eps,
                      float scale, vf *gl, vf *loss, vf *ws, float *zout) {
     tile(D, O, W, tok, mask, cs, sn, eps, scale, gl, loss, ws, zout);
 }
@@ -661,8 +679,8 @@ static void tile_any(const Dims *D, const Offs *O, const Weights *W, const vi_in
  * unrolls every loop over a width and keeps those vectors in registers. The arithmetic and
  * its order are tile's, so the numbers are the same bits as tile_any's. */
 #define TILE_FIXED(name, d_, qk_, vh_, ff_)                                                  \
-    static void name(const Dims *D, const Offs *O, const Weights *W, const vi_in *tok,      \
-                     const vf_in *mask, const float *cs, const float *sn, float eps,         \
+    static void name(const Dims *D, const Offs *O, const Weights *W, const int32_t *tok,    \
+                     const float *mask, const float *cs, const float *sn, float eps,         \
                      float scale, vf *gl, vf *loss, vf *ws, float *zout) {                   \
         Dims C = *D;                                                                         \
         C.d = d_, C.qk = qk_, C.vh = vh_, C.ff = ff_, C.H = 1, C.Hkv = 1;                    \
@@ -700,7 +718,7 @@ static void run(const int *dims, float eps, float scale, const int32_t *chunks, 
      * anew on every call, and each page fault costs microseconds */
     static _Thread_local vf *keep = NULL;
     static _Thread_local size_t kept = 0;
-    size_t need = ws_size(D) + (size_t)O.G + 1;
+    size_t need = ws_size(D) + (size_t)O.G * NH + 1;
     if (need > kept) {
         free(keep);
         keep = aligned_alloc(sizeof(vf), sizeof(vf) * need);
@@ -716,23 +734,27 @@ static void run(const int *dims, float eps, float scale, const int32_t *chunks, 
         const Weights Wt = {wk[0], wk[1], wk[2], wk[3], wk[4], wk[5], wk[6], wk[7], wk[8],
                             wk[9], wk[10], wk[11], wk[12], wk[13], wk[14], wk[15], wk[16],
                             wk[17]};
-        vf lossl = {0};
-        memset(gl, 0, sizeof(vf) * (size_t)O.G);
+        vf lossl[NH] = {{0}}; /* per part of a tile: its lanes' sums over the chunk's tiles */
+        memset(gl, 0, sizeof(vf) * (size_t)O.G * NH);
         for (int t = chunks[4 * c + 1]; t < chunks[4 * c + 2]; t++) {
             size_t it = (size_t)k * D->nT + t;
-            tile_fn(D, &O, &Wt, (const vi_in *)(tok + it * (Ti + 1) * L),
-                 mask ? (const vf_in *)(mask + it * Tq * L) : NULL, cs, sn, eps, scale, gl,
-                 &lossl, ws, logits ? logits + it * Tq * V * L : NULL);
+            for (int h = 0; h < NH; h++)
+                tile_fn(D, &O, &Wt, tok + it * (Ti + 1) * L + h * VL,
+                        mask ? mask + it * Tq * L + h * VL : NULL, cs, sn, eps, scale,
+                        gl + (size_t)h * O.G, &lossl[h], ws,
+                        logits ? logits + it * Tq * V * L + h * VL : NULL);
         }
         if (logits) continue;
         float *gk = grad + (size_t)slot * O.G;
-        for (int j = 0; j < O.G; j++) {
+        for (int j = 0; j < O.G; j++) { /* lanes 0 .. L - 1 in order, whatever VL */
             float a = 0.0f;
-            for (int l = 0; l < L; l++) a += gl[j][l];
+            for (int h = 0; h < NH; h++)
+                for (int l = 0; l < VL; l++) a += gl[(size_t)h * O.G + j][l];
             gk[j] = a;
         }
         double a = 0.0;
-        for (int l = 0; l < L; l++) a += lossl[l];
+        for (int h = 0; h < NH; h++)
+            for (int l = 0; l < VL; l++) a += lossl[h][l];
         loss[slot] = a;
     }
 }
