@@ -3,10 +3,12 @@
  *
  * Built and loaded by arithsweep/core/model/tiny_layout.py (C with GCC/Clang vector
  * extensions; no Python or torch headers: the caller hands raw float32/int32 buffers). Lanes
- * are sequences: a `vf` holds one number of L sequences, every activation is an array of
- * them, so each operation of the model is one L-wide vector operation whatever the widths,
- * and a tile of L sequences stays in L1/L2 from the embedding to the last gradient (the
- * reference layout streams every intermediate through memory once per PyTorch op).
+ * are sequences: a `vf` holds one number of VL sequences, every activation is an array of
+ * them, so each operation of the model is one VL-wide vector operation whatever the widths,
+ * and a tile of L = 16 sequences (one or two `vf`s wide, VL below) stays in L1/L2 from the
+ * embedding to the last gradient (the reference layout streams every intermediate through
+ * memory once per PyTorch op). scripts/kernel_ab.py compares two versions of this file (bits
+ * and time): every change to it so far kept the gradients' bits.
  *
  * Inputs are the *effective* weights (after ties, low-rank products and derived tables), so
  * this file knows one architecture: pre-norm RMS or LayerNorm (or no norm), H query heads over Hkv K/V
