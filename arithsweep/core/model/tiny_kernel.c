@@ -63,11 +63,24 @@ static inline vf vsplat(float x) { return (vf){0} + x; }
 #if defined(__AVX512F__) && VL == 16
 #include <immintrin.h>
 static inline vf vbcast(float x) { return (vf)_mm512_set1_ps(x); }
+/* lane l: entry id[l] (0 .. 15) of the 16 numbers lo (0 .. 15; hi unused at 16 lanes) */
+#define HAVE_PERMUTE 1
+static inline vf vlookup16(vf lo, vf hi, vi id) {
+    (void)hi;
+    return (vf)_mm512_permutexvar_ps((__m512i)id, (__m512)lo);
+}
 static inline vf vmax(vf a, vf b) { return (vf)_mm512_max_ps((__m512)a, (__m512)b); }
 static inline vf vmin(vf a, vf b) { return (vf)_mm512_min_ps((__m512)a, (__m512)b); }
 #elif defined(__AVX__) && VL == 8
 #include <immintrin.h>
 static inline vf vbcast(float x) { return (vf)_mm256_set1_ps(x); }
+/* lane l: entry id[l] (0 .. 15) of the 16 numbers lo (0 .. 7) then hi (8 .. 15) */
+#define HAVE_PERMUTE 1
+static inline vf vlookup16(vf lo, vf hi, vi id) {
+    const __m256 a = _mm256_permutevar8x32_ps((__m256)lo, (__m256i)id);
+    const __m256 b = _mm256_permutevar8x32_ps((__m256)hi, (__m256i)id);
+    return (vf)_mm256_blendv_ps(a, b, (__m256)(id > 7));
+}
 static inline vf vmax(vf a, vf b) { return (vf)_mm256_max_ps((__m256)a, (__m256)b); }
 static inline vf vmin(vf a, vf b) { return (vf)_mm256_min_ps((__m256)a, (__m256)b); }
 #elif defined(__AVX__) && VL == 16
@@ -90,7 +103,11 @@ static inline vf vmin(vf a, vf b) {
     r.h[1] = _mm256_min_ps(x.h[1], y.h[1]);
     return r.v;
 }
+#define HAVE_PERMUTE 0
+static inline vf vlookup16(vf lo, vf hi, vi id) { (void)hi, (void)id; return lo; } /* unused */
 #else
+#define HAVE_PERMUTE 0
+static inline vf vlookup16(vf lo, vf hi, vi id) { (void)hi, (void)id; return lo; } /* unused */
 static inline vf vbcast(float x) {
     vf r;
     for (int l = 0; l < VL; l++) r[l] = x;
@@ -445,13 +462,31 @@ static INLINE void tile(const Dims *D, const Offs *O, const Weights *W, const in
     TAKE(d_oq, Tq * no); TAKE(d_qq, Tq * nq); TAKE(d_h, d); TAKE(d_qh, qk);
 #undef TAKE
 
-    /* ---- embedding x0[t] = E[tok[t]] + P[t]: a gather, lane by lane */
-    for (int t = 0; t < Ti; t++)
-        for (int j = 0; j < d; j++) {
-            vf x;
-            for (int l = 0; l < VL; l++) x[l] = W->E[tok[t * L + l] * d + j];
-            x0[t * d + j] = (f & F_POS) ? x + W->P[t * d + j] : x;
+    /* ---- embedding x0[t] = E[tok[t]] + P[t]: a gather, lane by lane; or, for a small
+     * vocabulary and width, each of E's columns in one register and a permute by token */
+    if (FIXED(d) && V <= 16 && HAVE_PERMUTE) {
+        vf col[2 * ACC];
+        for (int j = 0; j < d; j++)
+            for (int h = 0; h < 2; h++)
+                for (int l = 0; l < VL; l++) {
+                    const int v = h * VL + l;
+                    col[2 * j + h][l] = v < V ? W->E[v * d + j] : 0.0f;
+                }
+        for (int t = 0; t < Ti; t++) {
+            const vi id = *(const vi_in *)(tok + t * L);
+            for (int j = 0; j < d; j++) {
+                vf x = vlookup16(col[2 * j], col[2 * j + 1], id);
+                x0[t * d + j] = (f & F_POS) ? x + W->P[t * d + j] : x;
+            }
         }
+    } else {
+        for (int t = 0; t < Ti; t++)
+            for (int j = 0; j < d; j++) {
+                vf x;
+                for (int l = 0; l < VL; l++) x[l] = W->E[tok[t * L + l] * d + j];
+                x0[t * d + j] = (f & F_POS) ? x + W->P[t * d + j] : x;
+            }
+    }
     /* ---- norm1; k and v at every position, q from s on */
     for (int t = 0; t < Ti; t++) {
         vf *h = h1 + t * d;
