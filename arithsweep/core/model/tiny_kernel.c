@@ -54,12 +54,11 @@ enum { F_POS = 1, F_NORM = 2, F_QKNORM = 4, F_ROPE = 8, F_ROPE_IL = 16, F_FINAL 
 #define ACC 16
 #define FIXED(w) (__builtin_constant_p(w) && (w) <= ACC)
 
-static inline vf vsplat(float x) { return (vf){0} + x; }
 /* vbcast: x in every lane (what `v * x` does to a scalar x). max(a, b) = a > b ? a : b and
  * min(a, b) = a < b ? a : b lane by lane (b where either is NaN): x86's maxps and minps
  * exactly. GCC does not see them in the selects of the generic path, and for AVX2 it splits a
  * 64-byte compare into 16 scalar ones and builds a 64-byte splat through 16 stores to memory,
- * so the x86 builds call them by name (the same bits) */
+ * so the x86 builds (AVX-512 at 16 lanes, AVX2 at 8) call them by name (the same bits) */
 #if defined(__AVX512F__) && VL == 16
 #include <immintrin.h>
 static inline vf vbcast(float x) { return (vf)_mm512_set1_ps(x); }
@@ -83,28 +82,6 @@ static inline vf vlookup16(vf lo, vf hi, vi id) {
 }
 static inline vf vmax(vf a, vf b) { return (vf)_mm256_max_ps((__m256)a, (__m256)b); }
 static inline vf vmin(vf a, vf b) { return (vf)_mm256_min_ps((__m256)a, (__m256)b); }
-#elif defined(__AVX__) && VL == 16
-#include <immintrin.h>
-typedef union { vf v; __m256 h[2]; } vf_halves;
-static inline vf vbcast(float x) {
-    vf_halves r;
-    r.h[0] = r.h[1] = _mm256_set1_ps(x);
-    return r.v;
-}
-static inline vf vmax(vf a, vf b) {
-    vf_halves x = {a}, y = {b}, r;
-    r.h[0] = _mm256_max_ps(x.h[0], y.h[0]);
-    r.h[1] = _mm256_max_ps(x.h[1], y.h[1]);
-    return r.v;
-}
-static inline vf vmin(vf a, vf b) {
-    vf_halves x = {a}, y = {b}, r;
-    r.h[0] = _mm256_min_ps(x.h[0], y.h[0]);
-    r.h[1] = _mm256_min_ps(x.h[1], y.h[1]);
-    return r.v;
-}
-#define HAVE_PERMUTE 0
-static inline vf vlookup16(vf lo, vf hi, vi id) { (void)hi, (void)id; return lo; } /* unused */
 #else
 #define HAVE_PERMUTE 0
 static inline vf vlookup16(vf lo, vf hi, vi id) { (void)hi, (void)id; return lo; } /* unused */
@@ -122,17 +99,17 @@ static inline vf vsel(vi m, vf a) { return (vf)(m & (vi)a); } /* a where m, else
  * caller knows x <= 0 or NaN (a softmax's x - max), so the upper clamp is a no-op and z rounds
  * as z - 0.5: the same n and the same bits as the general path, in three fewer operations. */
 static INLINE vf vexp_at(vf x, int neg) {
-    x = vmax(x, vsplat(-87.0f));
-    if (!neg) x = vmin(x, vsplat(88.0f));
+    x = vmax(x, vbcast(-87.0f));
+    if (!neg) x = vmin(x, vbcast(88.0f));
     vf z = x * 1.44269504088896341f;
     /* round half away from zero: z + copysign(0.5, z), truncated (the same n as adding
      * -0.5 below zero and 0.5 from zero up; at z = +0 both give 0) */
     vi n = neg ? __builtin_convertvector(z - 0.5f, vi)
                : __builtin_convertvector(z + (vf)(((vi)z & ((vi){0} + INT32_MIN))
-                                                  | (vi)vsplat(0.5f)), vi);
+                                                  | (vi)vbcast(0.5f)), vi);
     vf nf = __builtin_convertvector(n, vf);
     vf r = x - nf * 0.693359375f + nf * 2.12194440e-4f;
-    vf p = vsplat(1.9875691500e-4f);
+    vf p = vbcast(1.9875691500e-4f);
     p = p * r + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
     p = p * r + 4.1665795894e-2f;
@@ -337,30 +314,25 @@ static INLINE void attn_bwd_one(const vf *q, const vf *pp, const vf *doo, vf *dq
         dp[u] = a;
         pdp += pp[u] * a;
     }
-    if (FIXED(qk)) { /* q and dq in locals: dk's stores cannot touch them */
-        vf qa[ACC], dqa[ACC];
+    /* a fixed qk: q and dq in locals, where dk's stores cannot touch them */
+    vf qa[ACC], dqa[ACC];
+    const vf *qs = q;
+    vf *dqs = dq;
+    if (FIXED(qk)) {
         for (int c = 0; c < qk; c++) qa[c] = q[c], dqa[c] = dq[c];
-        for (int u = 0; u <= t; u++) { /* softmax backward, both score products */
-            vf ds = pp[u] * (dp[u] - pdp) * scale;
-            const vf *ku = k + u * nk;
-            vf *dku = dk + u * nk;
-            for (int c = 0; c < qk; c++) {
-                dqa[c] += ds * ku[c];
-                dku[c] += ds * qa[c];
-            }
-        }
-        for (int c = 0; c < qk; c++) dq[c] = dqa[c];
-    } else {
-        for (int u = 0; u <= t; u++) {
-            vf ds = pp[u] * (dp[u] - pdp) * scale;
-            const vf *ku = k + u * nk;
-            vf *dku = dk + u * nk;
-            for (int c = 0; c < qk; c++) {
-                dq[c] += ds * ku[c];
-                dku[c] += ds * q[c];
-            }
+        qs = qa, dqs = dqa;
+    }
+    for (int u = 0; u <= t; u++) { /* softmax backward, both score products */
+        vf ds = pp[u] * (dp[u] - pdp) * scale;
+        const vf *ku = k + u * nk;
+        vf *dku = dk + u * nk;
+        for (int c = 0; c < qk; c++) {
+            dqs[c] += ds * ku[c];
+            dku[c] += ds * qs[c];
         }
     }
+    if (FIXED(qk))
+        for (int c = 0; c < qk; c++) dq[c] = dqa[c];
 }
 
 /* The same for queries a (position t) and b (t + 1) of one head, fixed widths only: the same
@@ -517,7 +489,7 @@ static INLINE void tile(const Dims *D, const Offs *O, const Weights *W, const in
         for (int hh = 0; hh < H; hh++) {
             const vf *q = qr + i * nq + hh * qk;
             const int hk = hh / g;
-            vf *pp = pr + (i * H + hh) * Ti, mx = vsplat(-INFINITY), sum = {0};
+            vf *pp = pr + (i * H + hh) * Ti, mx = vbcast(-INFINITY), sum = {0};
             for (int u = 0; u <= t; u++) {
                 const vf *k = kr + u * nk + hk * qk;
                 vf a = {0};
@@ -579,7 +551,7 @@ static INLINE void tile(const Dims *D, const Offs *O, const Weights *W, const in
             memcpy(hff, xb, sizeof(vf) * d);
         }
         /* logits, softmax, cross entropy against tok[t + 1]; pz becomes dL/dz */
-        vf *z = pz + i * V, mx = vsplat(-INFINITY), sum = {0}, zt = {0};
+        vf *z = pz + i * V, mx = vbcast(-INFINITY), sum = {0}, zt = {0};
         const vi target = *(const vi_in *)(tok + (t + 1) * L);
         matvec(W->U, hff, z, V, d, 0);
         if (zout) {
