@@ -351,19 +351,37 @@ WRITER = textwrap.dedent("""
     from arithsweep.leaderboard.board import open_db
     from test_report import make_report
     lb = open_db(sys.argv[1])
-    for i in range(int(sys.argv[2])):
+    n, lockstep = int(sys.argv[2]), int(sys.argv[3])
+    for i in range(n):
         lb.record(make_report(sha256=f"{i:064x}", params=100 + i))
+        if i < lockstep:  # say it is committed, then wait until the reader has looked
+            print(i, flush=True)
+            sys.stdin.readline()
 """)
 
 
 def test_concurrent_reader_and_writer_processes(url):
+    """A reader in another process sees each committed entry and never a count going back.
+
+    The first half runs in lockstep (the writer waits for the reader after each commit),
+    so the intermediate states are observed however the machine schedules the two; the
+    second half runs free, the reader polling while the writer commits.
+    """
     open_db(url).close()
-    n = 40
+    n, lockstep = 40, 20
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, url, str(n)], env=env,
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, url, str(n), str(lockstep)],
+                              env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)  # fmt: skip
     reader = open_db(url, create=False)
     seen = [0]
+    for i in range(lockstep):
+        line = writer.stdout.readline()
+        assert line.strip() == str(i), writer.stderr.read()
+        assert reader.count() == i + 1 and len(reader.query(all=True)) == i + 1
+        seen.append(i + 1)
+        writer.stdin.write("\n")
+        writer.stdin.flush()
     while writer.poll() is None:
         count = len(reader.query(all=True))
         assert count >= seen[-1], f"count went backwards: {seen[-1]} -> {count}"
@@ -371,7 +389,6 @@ def test_concurrent_reader_and_writer_processes(url):
         time.sleep(0.005)  # 2 shared cores: leave the writer room
     assert writer.returncode == 0, writer.stderr.read()
     assert reader.count() == n and len(reader.query(all=True)) == n
-    assert len(seen) > 2
 
 
 def test_concurrent_writers_same_checkpoints(url):
