@@ -69,7 +69,9 @@ def test_sigterm_ends_the_whole_dashboard_tree(tmp_path):
         assert len(tree) >= 2  # arithsweep and the server it started
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
-        time.sleep(0.5)
+        deadline = time.monotonic() + 30  # a guard, not a timing assumption: exits are reaped
+        while [p for p in tree if _alive(p)] and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert not [p for p in tree if _alive(p)], "processes outlived arithsweep ui"
     finally:
         if proc.poll() is None:
