@@ -60,3 +60,16 @@ def ckpt(add2_trained, tmp_path):
     dest = tmp_path / "ck"
     shutil.copytree(add2_trained[1], dest)
     return dest
+
+
+def pytest_collection_modifyitems(config, items):
+    """The files with the most `slow` tests (real searches, kills and resumes) run first, each
+    file's tests still together and in order: the suite runs on two workers (pytest-xdist,
+    pyproject's addopts), and the long tests started last would leave one worker idle at the
+    end. Every worker collects the same order, as xdist requires."""
+    slow: dict[str, int] = {}
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        slow[path] = slow.get(path, 0) + (item.get_closest_marker("slow") is not None)
+    order = {path: i for i, path in enumerate(slow)}
+    items.sort(key=lambda it: (-slow[it.nodeid.split("::")[0]], order[it.nodeid.split("::")[0]]))

@@ -355,8 +355,8 @@ def test_time_budget_ends_the_search_cleanly(ray_local, tmp_path):
     s = _run(_opts(tmp_path, space=space, trials=50, name="d", n_verify=0,
                          time_budget=12))
     # how many trials began before the deadline depends on the machine's load (none, on a
-    # busy one); that it ended the search, and cleanly, does not
-    assert s.n_trials < 50 and s.wall_time < 60
+    # busy one); that it ended the search (50 trials do not fit in 12 s), and cleanly, does not
+    assert s.n_trials < 50
     study = _study(s)
     assert len(study.trials) == s.n_trials
     assert not [t for t in study.trials if t.state.name == "RUNNING"]
