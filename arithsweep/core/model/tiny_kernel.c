@@ -297,6 +297,18 @@ static INLINE void qk_bwd(const Dims *D, vf *d, const vf *hat, vf r, const float
     }
 }
 
+/* One query's softmax-backward term at key u: ds (the score's gradient) into the query's
+ * gradient dq and the key's dk[u], each adding its term after the earlier keys' or queries'. */
+static INLINE void key_bwd(vf ds, const vf *k, vf *dk, int u, int nk, const vf *q, vf *dq,
+                           int qk) {
+    const vf *ku = k + u * nk;
+    vf *dku = dk + u * nk;
+    for (int c = 0; c < qk; c++) {
+        dq[c] += ds * ku[c];
+        dku[c] += ds * q[c];
+    }
+}
+
 /* Attention backward of one query (at position t) and head: dq (zeroed by the caller) gets
  * the query's gradient; dv[u] and dk[u] of the keys u <= t take its terms. dp: t + 1 scratch.
  * v, dv, k, dk point at the head's first key (strides nv, nk). */
@@ -322,15 +334,8 @@ static INLINE void attn_bwd_one(const vf *q, const vf *pp, const vf *doo, vf *dq
         for (int c = 0; c < qk; c++) qa[c] = q[c], dqa[c] = dq[c];
         qs = qa, dqs = dqa;
     }
-    for (int u = 0; u <= t; u++) { /* softmax backward, both score products */
-        vf ds = pp[u] * (dp[u] - pdp) * scale;
-        const vf *ku = k + u * nk;
-        vf *dku = dk + u * nk;
-        for (int c = 0; c < qk; c++) {
-            dqs[c] += ds * ku[c];
-            dku[c] += ds * qs[c];
-        }
-    }
+    for (int u = 0; u <= t; u++) /* softmax backward, both score products */
+        key_bwd(pp[u] * (dp[u] - pdp) * scale, k, dk, u, nk, qs, dqs, qk);
     if (FIXED(qk))
         for (int c = 0; c < qk; c++) dq[c] = dqa[c];
 }
@@ -377,16 +382,7 @@ static INLINE void attn_bwd_pair(const vf *qa_, const vf *qb_, const vf *pa, con
             dku[c] = dku[c] + dsa * qa[c] + dsb * qb[c];
         }
     }
-    {
-        const int u = t + 1;
-        vf dsb = pb[u] * (dpb[u] - pdpb) * scale;
-        const vf *ku = k + u * nk;
-        vf *dku = dk + u * nk;
-        for (int c = 0; c < qk; c++) {
-            gb[c] += dsb * ku[c];
-            dku[c] += dsb * qb[c];
-        }
-    }
+    key_bwd(pb[t + 1] * (dpb[t + 1] - pdpb) * scale, k, dk, t + 1, nk, qb, gb, qk); /* b only */
     for (int c = 0; c < qk; c++) dqa_[c] = ga[c], dqb_[c] = gb[c];
 }
 
