@@ -67,9 +67,11 @@ def pytest_collection_modifyitems(config, items):
     file's tests still together and in order: the suite runs on two workers (pytest-xdist,
     pyproject's addopts), and the long tests started last would leave one worker idle at the
     end. Every worker collects the same order, as xdist requires."""
+    def file_of(item) -> str:
+        return item.nodeid.split("::")[0]
+
     slow: dict[str, int] = {}
     for item in items:
-        path = item.nodeid.split("::")[0]
-        slow[path] = slow.get(path, 0) + (item.get_closest_marker("slow") is not None)
+        slow[file_of(item)] = slow.get(file_of(item), 0) + bool(item.get_closest_marker("slow"))
     order = {path: i for i, path in enumerate(slow)}
-    items.sort(key=lambda it: (-slow[it.nodeid.split("::")[0]], order[it.nodeid.split("::")[0]]))
+    items.sort(key=lambda it: (-slow[file_of(it)], order[file_of(it)]))
