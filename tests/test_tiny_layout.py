@@ -97,6 +97,30 @@ def test_the_evaluation_forward_gives_the_model_s_logits(name):
     torch.testing.assert_close(TL.tiny_logits(model, inputs, 19), want, rtol=1e-4, atol=1e-4)
 
 
+def test_the_kernel_reads_the_batch_as_drawn_in_any_dtype_or_sharing():
+    """uint8 tokens and a bool mask (the samplers' own, read without a copy), int64 tokens and
+    a float mask, and one set of rows that every member reads: the same bits."""
+    cfg = ModelConfig(**{**BASE, **CASES["record-36"]})
+    model = _model(cfg, k=3)
+    tokens, mask = _batch(cfg, 1, 21)  # 21 sequences: a tile and a padded one
+    ones = torch.ones(3)
+    want, gwant = _loss_and_grads(TL.tiny_loss, model, tokens.expand(3, -1, -1).clone(),
+                                  mask.expand(3, -1, -1).clone(), 20, ones)
+    for t, m in [(tokens.to(torch.uint8).expand(3, -1, -1).contiguous(),
+                  mask.bool().expand(3, -1, -1).contiguous()),
+                 (tokens[0].to(torch.uint8), mask[0].bool()),  # (B, T): shared
+                 (tokens.expand(3, -1, -1), mask.expand(3, -1, -1))]:  # stride 0: shared
+        got, grad = _loss_and_grads(TL.tiny_loss, model, t, m, 20, ones)
+        assert torch.equal(got, want)
+        for n, g in grad.items():
+            assert torch.equal(g, gwant[n]), n
+
+
+def test_a_vocabulary_past_a_byte_is_the_reference_layout_s():
+    cfg = ModelConfig(**{**BASE, **CASES["record-36"], "vocab_size": 300})
+    assert "256" in TL.unsupported(cfg, "cpu")
+
+
 def test_skipped_members_cost_nothing_and_change_nothing_for_the_rest():
     cfg = ModelConfig(**{**BASE, **EXTRA["87p-issue-model"]})
     model = _model(cfg, k=4)

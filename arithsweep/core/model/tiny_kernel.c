@@ -142,9 +142,12 @@ static inline vf vlog(vf x) {
     return r;
 }
 
-/* dims: Ti, s, d, H, Hkv, qk, vh, ff, V, flags, K, nT, Trope (the rope tables' row length) */
+/* dims: Ti, s, d, H, Hkv, qk, vh, ff, V, flags, K, nT, Trope (the rope tables' row length),
+ * then the caller's batch as `run` reads it: B sequences a member, rows of Tt tokens (Ti + 1
+ * in training, the last one a target only; Ti for logits) and of Tm mask entries (position t's
+ * at t), and shared (1: every member reads member 0's rows, an evaluation's problems) */
 typedef struct {
-    int Ti, s, d, H, Hkv, qk, vh, ff, V, flags, K, nT, Trope;
+    int Ti, s, d, H, Hkv, qk, vh, ff, V, flags, K, nT, Trope, B, Tt, Tm, shared;
 } Dims;
 
 /* Where each weight's gradient starts inside one member's block, and the block size G. */
@@ -704,14 +707,35 @@ static TileFn pick_tile(const Dims *D) {
     return tile_any;
 }
 
+/* One tile's tokens (Ti + 1 rows of L lanes) and answer mask (Tq rows) in the layout `tile`
+ * reads, from the caller's rows (B, Tt) and (B, Tm) of bytes: lane l is sequence b0 + l, a
+ * lane past B is padding (token 0, mask 0: it weighs nothing), a row past Tt reads token 0. */
+static void tile_inputs(const Dims *D, const uint8_t *tok, const uint8_t *mask, int b0,
+                        int32_t *ttok, float *tmask) {
+    const int Ti = D->Ti, s = D->s, Tq = D->Ti - D->s;
+    for (int l = 0; l < L; l++) {
+        const int b = b0 + l;
+        if (b >= D->B) {
+            for (int t = 0; t <= Ti; t++) ttok[t * L + l] = 0;
+            if (mask)
+                for (int i = 0; i < Tq; i++) tmask[i * L + l] = 0.0f;
+            continue;
+        }
+        const uint8_t *tr = tok + (size_t)b * D->Tt;
+        for (int t = 0; t <= Ti; t++) ttok[t * L + l] = t < D->Tt ? tr[t] : 0;
+        if (mask)
+            for (int i = 0; i < Tq; i++) tmask[i * L + l] = mask[(size_t)b * D->Tm + s + i] ? 1.0f : 0.0f;
+    }
+}
+
 /* Chunks[0 .. n) of work, each (member, first tile, end tile, slot): grad[slot][G] = the
  * gradient of sum(mask * ce) over those tiles, loss[slot] = that sum. A chunk's result does
  * not depend on which thread ran it or what else ran, so the caller's fixed-order sum of a
  * member's chunks is the same in any pack and on any thread count. Weights are (K, ...)
- * contiguous, w[j] NULL where absent; tok (K, nT, Ti + 1, L), mask (K, nT, Tq, L); cs/sn
- * (qk/2, Trope). */
+ * contiguous, w[j] NULL where absent; tok (K, B, Tt) and mask (K, B, Tm) bytes (the batch as
+ * training draws it; (1, B, ...) when shared); cs/sn (qk/2, Trope). */
 static void run(const int *dims, float eps, float scale, const int32_t *chunks, int n,
-                const int32_t *tok, const float *mask, const float *const *w, const float *cs,
+                const uint8_t *tok, const uint8_t *mask, const float *const *w, const float *cs,
                 const float *sn, float *grad, double *loss, float *logits) {
     const Dims *D = (const Dims *)dims;
     const Offs O = offsets(D);
@@ -723,7 +747,8 @@ static void run(const int *dims, float eps, float scale, const int32_t *chunks, 
      * anew on every call, and each page fault costs microseconds */
     static _Thread_local vf *keep = NULL;
     static _Thread_local size_t kept = 0;
-    size_t need = ws_size(D) + (size_t)O.G * NH + 1;
+    /* after the tile's workspace and gradients: its tokens and mask, L lanes (NH vectors) a row */
+    size_t need = ws_size(D) + (size_t)NH * (O.G + Ti + 1 + Tq) + 1;
     if (need > kept) {
         free(keep);
         keep = aligned_alloc(sizeof(vf), sizeof(vf) * need);
@@ -731,6 +756,8 @@ static void run(const int *dims, float eps, float scale, const int32_t *chunks, 
         if (!keep) return; /* out of memory: the caller sees a NaN loss (its buffers are NaN) */
     }
     vf *ws = keep, *gl = keep + ws_size(D);
+    int32_t *ttok = (int32_t *)(gl + (size_t)O.G * NH);
+    float *tmask = (float *)(gl + (size_t)NH * (O.G + Ti + 1));
     const TileFn tile_fn = pick_tile(D);
     for (int c = 0; c < n; c++) {
         const int k = chunks[4 * c], slot = chunks[4 * c + 3];
@@ -741,12 +768,14 @@ static void run(const int *dims, float eps, float scale, const int32_t *chunks, 
                             wk[17]};
         vf lossl[NH] = {{0}}; /* per part of a tile: its lanes' sums over the chunk's tiles */
         memset(gl, 0, sizeof(vf) * (size_t)O.G * NH);
+        const size_t kb = D->shared ? 0 : (size_t)k * D->B; /* the member's first row */
         for (int t = chunks[4 * c + 1]; t < chunks[4 * c + 2]; t++) {
             size_t it = (size_t)k * D->nT + t;
+            tile_inputs(D, tok + kb * D->Tt, mask ? mask + kb * D->Tm : NULL, t * L, ttok,
+                        tmask);
             for (int h = 0; h < NH; h++)
-                tile_fn(D, &O, &Wt, tok + it * (Ti + 1) * L + h * VL,
-                        mask ? mask + it * Tq * L + h * VL : NULL, cs, sn, eps, scale,
-                        gl + (size_t)h * O.G, &lossl[h], ws,
+                tile_fn(D, &O, &Wt, ttok + h * VL, mask ? tmask + h * VL : NULL, cs, sn, eps,
+                        scale, gl + (size_t)h * O.G, &lossl[h], ws,
                         logits ? logits + it * Tq * V * L + h * VL : NULL);
         }
         if (logits) continue;
@@ -765,14 +794,14 @@ static void run(const int *dims, float eps, float scale, const int32_t *chunks, 
 }
 
 void tiny_fwd_bwd(const int *dims, float eps, float scale, const int32_t *chunks, int n,
-                  const int32_t *tok, const float *mask, const float *const *w,
+                  const uint8_t *tok, const uint8_t *mask, const float *const *w,
                   const float *cs, const float *sn, float *grad, double *loss) {
     run(dims, eps, scale, chunks, n, tok, mask, w, cs, sn, grad, loss, NULL);
 }
 
 /* The forward alone, for evaluation: logits (K, nT, Tq, V, L) of the answer positions. */
 void tiny_logits(const int *dims, float eps, float scale, const int32_t *chunks, int n,
-                 const int32_t *tok, const float *const *w, const float *cs, const float *sn,
+                 const uint8_t *tok, const float *const *w, const float *cs, const float *sn,
                  float *logits) {
     run(dims, eps, scale, chunks, n, tok, NULL, w, cs, sn, NULL, NULL, logits);
 }

@@ -65,7 +65,9 @@ def unsupported(cfg, device: str | torch.device) -> str | None:
     why = [(cfg.n_layers != 1, f"{cfg.n_layers} layers (one block only)"),
            (cfg.n_loops != 1, "looped blocks"),
            (cfg.attn_bias or cfg.mlp_bias or cfg.unembed_bias, "biases"),
-           (cfg.pos in ABACUS_POSITIONS, "abacus positions (they read the tokens)")]
+           (cfg.pos in ABACUS_POSITIONS, "abacus positions (they read the tokens)"),
+           (cfg.vocab_size > 256,
+            f"a vocabulary of {cfg.vocab_size} (tokens are bytes: 256 at most)")]
     for bad, reason in why:
         if bad:
             return reason
@@ -219,8 +221,10 @@ class _TinyLoss(torch.autograd.Function):
     training loss is always differentiated), backward scales them by the incoming (K,)."""
 
     @staticmethod
-    def forward(ctx, plan: _Plan, tok: Tensor, mask: Tensor, cos: Tensor, sin: Tensor,
-                scale: float, eps: float, *w: Tensor | None) -> Tensor:
+    def forward(ctx, plan: _Plan, tok: Tensor, mask: Tensor, msum: Tensor, cos: Tensor,
+                sin: Tensor, scale: float, eps: float, *w: Tensor | None) -> Tensor:
+        # tok (K or 1, B, Tt) uint8, mask (K or 1, B, Tm) 0/1 bytes, msum (K,) float64: each
+        # member's answer positions (at least 1)
         lib, K, G = _lib, plan.K, plan.G
         assert lib is not None
         ws, ptrs = _pointers(w)
@@ -242,7 +246,6 @@ class _TinyLoss(torch.autograd.Function):
         else:
             grads, loss = torch.zeros(K, G), torch.zeros(K, dtype=torch.float64)
             grads[plan.members], loss[plan.members] = acc, lacc
-        msum = mask.sum((1, 2, 3), dtype=torch.float64).clamp_(min=1)  # (K,)
         grads /= msum.view(K, 1).float()
         ctx.grads = [None if t is None else grads[:, o:o + t[0].numel()].view_as(t)
                      for o, t in zip(plan.offs, ws)]
@@ -252,7 +255,7 @@ class _TinyLoss(torch.autograd.Function):
     def backward(ctx, gout: Tensor):
         grads = [None if g is None else g * gout.view(-1, *([1] * (g.dim() - 1)))
                  for g in ctx.grads]
-        return (None,) * 7 + tuple(grads)
+        return (None,) * 8 + tuple(grads)
 
 
 def tiny_loss(model, tokens: Tensor, mask: Tensor, start: int = 0,
@@ -294,31 +297,41 @@ def kernel_threads() -> Iterator[int]:
 def _apply(model, tokens: Tensor, mask: Tensor, start: int, active: Tensor | None,
            threads: int) -> Tensor:
     K = model.k
-    if tokens.dim() == 2:
-        tokens, mask = tokens.expand(K, -1, -1), mask.expand(K, -1, -1)
-    mask = mask[..., start:].float()
-    tok, n_tiles = _lanes(tokens)
-    if pad := n_tiles * LANES - tokens.shape[1]:  # padded sequences weigh nothing
-        mask = torch.nn.functional.pad(mask, (0, 0, 0, pad))
-    lmask = mask.view(K, n_tiles, LANES, -1).transpose(2, 3).contiguous()  # (K, tiles, Tq, L)
-    w, cos, sin, dims = _kernel_args(model, tokens.shape[2] - 1, start, n_tiles)
+    shared = _shared(tokens) and _shared(mask)  # every member reads one set of rows
+    if not shared:
+        tokens, mask = (x.expand(K, *x.shape[-2:]) for x in (tokens, mask))
+    tok = _batch_bytes(tokens, shared)  # the batch as drawn: no copy
+    if mask.dtype != torch.bool:  # a 0/1 float mask, as the reference loss takes it
+        mask = mask != 0
+    mask = mask.reshape(-1, *mask.shape[-2:])[:1] if shared else mask
+    bmask = mask.contiguous().view(torch.uint8)  # (K or 1, B, T - 1)
+    msum = mask[..., start:].sum((-2, -1), dtype=torch.float64).clamp_(min=1).expand(K)  # (K,)
+    w, cos, sin, dims = _kernel_args(model, tok.shape[2] - 1, start, tok.shape[1],
+                                     tok.shape[2], mask.shape[-1], shared)
     members = tuple(range(K)) if active is None else tuple(active.nonzero().flatten().tolist())
-    return _TinyLoss.apply(_plan(dims, members, threads), tok, lmask, cos, sin,
+    return _TinyLoss.apply(_plan(dims, members, threads), tok, bmask, msum, cos, sin,
                            model.cfg.qk_head ** -0.5, model.cfg.norm_eps, *w)
 
 
-def _lanes(tokens: Tensor) -> tuple[Tensor, int]:
-    """(K, B, T) -> (K, tiles, T, L) int32, B padded with token 0 to whole tiles."""
-    K, B, T = tokens.shape
-    n_tiles = -(-B // LANES)
-    if pad := n_tiles * LANES - B:
-        tokens = torch.nn.functional.pad(tokens, (0, 0, 0, pad))
-    return tokens.view(K, n_tiles, LANES, T).transpose(2, 3).to(torch.int32).contiguous(), \
-        n_tiles
+def _shared(x: Tensor) -> bool:
+    """Whether (B, T) or (K, B, T) rows `x` are one set that every member reads."""
+    return x.dim() == 2 or x.shape[0] == 1 or x.stride(0) == 0
 
 
-def _kernel_args(model, Ti: int, start: int, n_tiles: int):
-    """(effective weights, rope cos, rope sin, dims) of a call on Ti input positions."""
+def _batch_bytes(tokens: Tensor, shared: bool) -> Tensor:
+    """Tokens (K, B, T) or shared rows as the kernel takes them: (K, or 1 when shared, B, T)
+    contiguous, a byte each (uint8, the samplers' own dtype: no copy then; `unsupported`
+    keeps vocabularies within 256)."""
+    if shared:
+        tokens = tokens.reshape(-1, *tokens.shape[-2:])[:1]
+    if tokens.dtype != torch.uint8:
+        tokens = tokens.to(torch.uint8)
+    return tokens.contiguous()
+
+
+def _kernel_args(model, Ti: int, start: int, B: int, Tt: int, Tm: int, shared: bool):
+    """(effective weights, rope cos, rope sin, dims) of a call on Ti input positions, B
+    sequences a member in rows of Tt tokens and Tm mask entries (`shared`: one set of rows)."""
     cfg, K = model.cfg, model.k
     w = effective_weights(model)
     if (rows := model.position_rows(Ti)) is not None:
@@ -335,7 +348,7 @@ def _kernel_args(model, Ti: int, start: int, n_tiles: int):
     if ff:
         flags |= {"swiglu": F_SWIGLU, "relu": F_RELU, "gelu": F_GELU}[cfg.activation]
     dims = (Ti, start, cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.qk_head, cfg.v_head, ff,
-            cfg.vocab_size, flags, K, n_tiles, cos.shape[1])
+            cfg.vocab_size, flags, K, -(-B // LANES), cos.shape[1], B, Tt, Tm, int(shared))
     return w, cos.contiguous(), sin.contiguous(), dims
 
 
@@ -346,14 +359,13 @@ def tiny_logits(model, inputs: Tensor, from_pos: int) -> Tensor:
     `model(inputs, from_pos=from_pos)` (to float32 rounding)."""
     if (why := load_error()) is not None:
         raise RuntimeError(why)
-    K = model.k
-    if inputs.dim() == 2:
-        inputs = inputs.unsqueeze(0).expand(K, -1, -1)
-    _, B, Ti = inputs.shape
+    K, shared = model.k, _shared(inputs)
+    tok = _batch_bytes(inputs if shared else inputs.expand(K, -1, -1), shared)
+    _, B, Ti = tok.shape
+    n_tiles = -(-B // LANES)
     with kernel_threads() as threads:
-        # one column more: the kernel reads position t + 1 as the target (unused here)
-        tok, n_tiles = _lanes(torch.nn.functional.pad(inputs, (0, 1)))
-        w, cos, sin, dims = _kernel_args(model, Ti, from_pos, n_tiles)
+        # rows of Ti: the kernel's target row (Ti + 1) reads token 0, unused here
+        w, cos, sin, dims = _kernel_args(model, Ti, from_pos, B, Ti, 0, shared)
         plan = _plan(dims, tuple(range(K)), threads)
         ws, ptrs = _pointers(w)
         Tq, V = Ti - from_pos, model.cfg.vocab_size

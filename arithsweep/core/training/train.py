@@ -252,8 +252,8 @@ class _DataStream:
             self._refill(step)
         assert self.buf is not None
         i, self.pos = self.pos, self.pos + 1
-        # the loss's cross entropy takes int64 targets; one step's slice is small
-        return self.buf[0][i].long(), self.buf[1][i]  # (K, B, T), (K, B, T-1)
+        # uint8 tokens, as drawn: the tiny kernel reads them so, the reference loss widens them
+        return self.buf[0][i], self.buf[1][i]  # (K, B, T), (K, B, T-1)
 
 
 class _PolishStream:
@@ -347,6 +347,7 @@ def _loss_fn(model: ArithTransformer, tokens: torch.Tensor, mask: torch.Tensor,
     """Per-seed mean cross entropy over answer tokens: (K,). Input positions before `start`
     never predict an answer token, so they are not unembedded at all. `active` is for layouts
     that can skip members (the tiny one); this one computes them all and the step masks."""
+    tokens = tokens.long()  # the training streams' are uint8; embedding and targets take int64
     logits = model(tokens[..., :-1], from_pos=start)  # (K, B, T-1-start, V)
     target, mask = tokens[..., start + 1:], mask[..., start:]
     ce = F.cross_entropy(logits.flatten(0, 2), target.flatten(), reduction="none")
