@@ -247,15 +247,14 @@ class _TinyLoss(torch.autograd.Function):
             grads, loss = torch.zeros(K, G), torch.zeros(K, dtype=torch.float64)
             grads[plan.members], loss[plan.members] = acc, lacc
         grads /= msum.view(K, 1).float()
-        ctx.grads = [None if t is None else grads[:, o:o + t[0].numel()].view_as(t)
-                     for o, t in zip(plan.offs, ws)]
+        ctx.grads, ctx.offs, ctx.ws = grads, plan.offs, ws  # (K, G)
         return (loss / msum).float()
 
     @staticmethod
     def backward(ctx, gout: Tensor):
-        grads = [None if g is None else g * gout.view(-1, *([1] * (g.dim() - 1)))
-                 for g in ctx.grads]
-        return (None,) * 8 + tuple(grads)
+        g = ctx.grads * gout.view(-1, 1)  # (K, G): one product, then each weight's view
+        return (None,) * 8 + tuple(None if t is None else g[:, o:o + t[0].numel()].view_as(t)
+                                   for o, t in zip(ctx.offs, ctx.ws))
 
 
 def tiny_loss(model, tokens: Tensor, mask: Tensor, start: int = 0,
@@ -305,7 +304,8 @@ def _apply(model, tokens: Tensor, mask: Tensor, start: int, active: Tensor | Non
         mask = mask != 0
     mask = mask.reshape(-1, *mask.shape[-2:])[:1] if shared else mask
     bmask = mask.contiguous().view(torch.uint8)  # (K or 1, B, T - 1)
-    msum = mask[..., start:].sum((-2, -1), dtype=torch.float64).clamp_(min=1).expand(K)  # (K,)
+    # (K,) answer positions a member: an integer sum (exact), not a float64 copy of the mask
+    msum = mask[..., start:].sum((-2, -1)).clamp_(min=1).double().expand(K)
     w, cos, sin, dims = _kernel_args(model, tok.shape[2] - 1, start, tok.shape[1],
                                      tok.shape[2], mask.shape[-1], shared)
     members = tuple(range(K)) if active is None else tuple(active.nonzero().flatten().tolist())

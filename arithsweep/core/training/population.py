@@ -235,7 +235,8 @@ class _PackRun:
             if c0.grokfast_phased and grokfast_on(c0, step) != self.filtered:  # phase boundary
                 self.filtered = not self.filtered
                 self.runner.grokfast = self.grokfast if self.filtered else None
-            self.model.train()
+            if not self.model.training:  # after an evaluation (train() walks every module)
+                self.model.train()
             with self.step_threads():  # tiny layout: torch on one thread, the kernel on the rest
                 tokens, mask = data.next(step)  # (K, B, T), (K, B, T-1)
                 self.runner(tokens, mask, self.lrs.at(step))

@@ -65,6 +65,7 @@ class PackStep:
                  running: Tensor, loss_sum: Tensor, start: int, batch_size: int, n_micro: int,
                  grokfast=None, blocker: str | None = "not requested") -> None:
         self.model, self.opt, self.loss_fn, self.clip = model, opt, loss_fn, clip
+        self.params = list(model.parameters())
         self.alive, self.running, self.loss_sum = alive, running, loss_sum
         self.start, self.batch_size, self.n_micro = start, batch_size, n_micro
         self.grokfast = grokfast
@@ -98,7 +99,7 @@ class PackStep:
         self.alive &= torch.isfinite(losses) | ~self.running  # a frozen member cannot fail
         if self.grokfast is not None:
             self.grokfast.apply()  # before clipping, as in the Grokfast paper
-        self._clip_and_guard(model, self.clip, self.alive)
+        self._clip_and_guard(self.params, self.clip, self.alive)
         active = self.alive & self.running
         self.opt.step(lr * active)  # a zero lr leaves dead and frozen members exactly put
         self.loss_sum += torch.where(active, losses.double(), 0.0)

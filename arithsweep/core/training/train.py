@@ -356,12 +356,14 @@ def _loss_fn(model: ArithTransformer, tokens: torch.Tensor, mask: torch.Tensor,
 
 
 @torch.no_grad()
-def _clip_and_guard(model: ArithTransformer, clip: float | torch.Tensor,
+def _clip_and_guard(model: ArithTransformer | list[torch.Tensor], clip: float | torch.Tensor,
                     alive: torch.Tensor) -> None:
     """Per-seed global-norm clipping to `clip` (one norm, or (K,) per member; <= 0 = off); a
     seed whose gradient is not finite dies (`alive`, (K,), is updated in place) and dead
-    seeds' gradients become exactly 0 so they stay inert."""
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    seeds' gradients become exactly 0 so they stay inert. `model`: or its parameters, listed
+    once (a step need not walk the modules again)."""
+    params = model if isinstance(model, list) else model.parameters()
+    grads = [p.grad for p in params if p.grad is not None]
     k = alive.numel()
     sq = torch.stack([g.reshape(k, -1).pow(2).sum(1) for g in grads]).sum(0)  # (K,)
     alive &= torch.isfinite(sq)
