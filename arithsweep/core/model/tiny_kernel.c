@@ -389,6 +389,20 @@ static INLINE void attn_bwd_pair(const vf *qa_, const vf *qb_, const vf *pa, con
     for (int c = 0; c < qk; c++) dqa_[c] = ga[c], dqb_[c] = gb[c];
 }
 
+/* A weight's gradient slot gl[o .. o + n) as a loop sums into it: copied into the local `loc`
+ * where n is a small constant (a specialised tile), so the loop's sums live in registers and
+ * not in memory that the loop's other stores might alias, else gl + o itself. `release`
+ * writes it back. Each sum adds the same terms in the same order either way. */
+static INLINE vf *held(vf *gl, int o, int n, vf *loc) {
+    if (!FIXED(n)) return gl + o;
+    for (int j = 0; j < n; j++) loc[j] = gl[o + j];
+    return loc;
+}
+static INLINE void release(vf *gl, int o, int n, const vf *loc) {
+    if (FIXED(n))
+        for (int j = 0; j < n; j++) gl[o + j] = loc[j];
+}
+
 typedef struct {
     const float *E, *P, *g1, *Wq, *Wk, *Wv, *qn, *kn, *Wo, *g2, *Wg, *Wu, *Wd, *gf, *U, *b1,
         *b2, *bf;
@@ -640,25 +654,36 @@ static INLINE void tile(const Dims *D, const Offs *O, const Weights *W, const in
         }
         i += pair ? 2 : 1;
     }
-    for (int i = 0; i < Tq; i++) { /* the queries back to norm1's output */
+    /* the queries back to norm1's output, then every position's key and value: each loop's
+     * weight gradients held in registers (`held`), the keys and values in two passes so each
+     * pass's fit (dh1[u] takes the same terms in the same order, Wk's before Wv's) */
+    const int nqn = (f & F_QKNORM) ? qk : 0, ng1 = norm ? d : 0;
+    vf la[ACC], lb[ACC];
+    vf *ga = held(gl, O->Wq, nq * d, la), *gb = held(gl, O->qn, nqn, lb);
+    for (int i = 0; i < Tq; i++) {
         int t = s + i;
         for (int hh = 0; hh < H; hh++) {
             int c0 = i * nq + hh * qk;
-            qk_bwd(D, d_qq + c0, qhat + c0, rq[i * H + hh], W->qn, gl + O->qn, cs, sn, t, d_qh);
+            qk_bwd(D, d_qq + c0, qhat + c0, rq[i * H + hh], W->qn, gb, cs, sn, t, d_qh);
         }
-        matvec_bwd(W->Wq, h1 + t * d, d_qq + i * nq, dh1 + t * d, gl + O->Wq, nq, d);
+        matvec_bwd(W->Wq, h1 + t * d, d_qq + i * nq, dh1 + t * d, ga, nq, d);
     }
-    /* every position: keys back to their raw projection, then Wk, Wv, norm1, the embedding */
-    for (int u = 0; u < Ti; u++) {
+    release(gl, O->Wq, nq * d, la), release(gl, O->qn, nqn, lb);
+    ga = held(gl, O->Wk, nk * d, la), gb = held(gl, O->kn, nqn, lb);
+    for (int u = 0; u < Ti; u++) { /* keys back to their raw projection, then through Wk */
         for (int hh = 0; hh < Hkv; hh++) {
             int c0 = u * nk + hh * qk;
-            qk_bwd(D, dkr + c0, khat + c0, rk[u * Hkv + hh], W->kn, gl + O->kn, cs, sn, u, d_qh);
+            qk_bwd(D, dkr + c0, khat + c0, rk[u * Hkv + hh], W->kn, gb, cs, sn, u, d_qh);
         }
+        matvec_bwd(W->Wk, h1 + u * d, dkr + u * nk, dh1 + u * d, ga, nk, d);
+    }
+    release(gl, O->Wk, nk * d, la), release(gl, O->kn, nqn, lb);
+    ga = held(gl, O->Wv, nv * d, la), gb = held(gl, O->g1, ng1, lb);
+    for (int u = 0; u < Ti; u++) { /* values through Wv, then norm1, the embedding */
         vf *dh = dh1 + u * d, *dx = dx0 + u * d;
-        matvec_bwd(W->Wk, h1 + u * d, dkr + u * nk, dh, gl + O->Wk, nk, d);
-        matvec_bwd(W->Wv, h1 + u * d, dv + u * nv, dh, gl + O->Wv, nv, d);
+        matvec_bwd(W->Wv, h1 + u * d, dv + u * nv, dh, ga, nv, d);
         if (norm) {
-            affine_bwd(y1 + u * d, dh, W->g1, gl + O->g1, gb1, d_y, d);
+            affine_bwd(y1 + u * d, dh, W->g1, gb, gb1, d_y, d);
             rms_bwd(y1 + u * d, r1[u], d_y, dx, d, ctr);
         } else {
             for (int j = 0; j < d; j++) dx[j] += dh[j];
@@ -671,6 +696,7 @@ static INLINE void tile(const Dims *D, const Offs *O, const Weights *W, const in
             for (int j = 0; j < d; j++) ge[j * VL] += dx[j][l];
         }
     }
+    release(gl, O->Wv, nv * d, la), release(gl, O->g1, ng1, lb);
 }
 
 typedef void (*TileFn)(const Dims *, const Offs *, const Weights *, const int32_t *,
