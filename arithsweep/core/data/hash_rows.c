@@ -105,8 +105,15 @@ void rows_held(int64_t N, const int64_t *a, const int64_t *b, const int64_t *op,
  * of (kind, value, width, lsd_first), kind 0 the token `value` in one column, kind 1 the
  * digits of x[value] (N,) int64 >= 0 in `width` columns, least significant first or most
  * (digits above width dropped, as _digit_table's). */
+/* n = 0 .. 99 as its two digits, tens first */
+static uint8_t PAIRS[100][2];
+static void pairs_init(void) {
+    for (int n = 0; n < 100; n++) PAIRS[n][0] = (uint8_t)(n / 10), PAIRS[n][1] = (uint8_t)(n % 10);
+}
+
 void rows_encode(int64_t N, const int64_t *const *x, const int32_t *prog, int n_parts,
                  uint8_t *out, int64_t T) {
+    if (!PAIRS[99][0]) pairs_init(); /* idempotent: a race writes the same bytes */
     for (int64_t r = 0; r < N; r++) {
         uint8_t *o = out + r * T;
         for (int p = 0; p < n_parts; p++) {
@@ -117,10 +124,20 @@ void rows_encode(int64_t N, const int64_t *const *x, const int32_t *prog, int n_
             }
             uint64_t v = (uint64_t)x[q[1]][r];
             const int width = q[2];
-            for (int j = 0; j < width; j++) {
-                o[q[3] ? j : width - 1 - j] = (uint8_t)(v % 10);
-                v /= 10;
+            int j = 0;
+            /* two digits a division (v % 100 from a table): half the dependent divisions,
+             * the same digits */
+            for (; j + 1 < width; j += 2) {
+                const uint64_t w = v / 100;
+                const uint8_t *pr = PAIRS[v - w * 100];
+                if (q[3]) {
+                    o[j] = pr[1], o[j + 1] = pr[0];
+                } else {
+                    o[width - 1 - j] = pr[1], o[width - 2 - j] = pr[0];
+                }
+                v = w;
             }
+            if (j < width) o[q[3] ? j : 0] = (uint8_t)(v % 10);
             o += width;
         }
     }
