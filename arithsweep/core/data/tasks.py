@@ -88,6 +88,12 @@ def _built(name: str, fmt: Format) -> Task:
     return Task(name, op, int(name[len(op):]), fmt)
 
 
+def _within(x: Tensor, lo: int, hi: int) -> bool:
+    """Every entry of x (non-empty) in lo..hi, in one pass over it."""
+    mn, mx = torch.aminmax(x)
+    return lo <= int(mn) and int(mx) <= hi
+
+
 @dataclass(frozen=True)
 class Task:
     """One arithmetic task in one format; build it with `get_task`. Op codes: 0=add 1=sub 2=mul."""
@@ -141,9 +147,10 @@ class Task:
         a = torch.as_tensor(a, dtype=torch.int64)
         b, op = (torch.as_tensor(x, dtype=torch.int64, device=a.device) for x in (b, op))
         op, hi = op.expand_as(a), 10**self.n_digits
-        if a.numel() and bool(((a < 0) | (a >= hi) | (b < 0) | (b >= hi)).any()):
+        # one pass over each (a training chunk's are 2-MB tensors), not one a comparison
+        if a.numel() and not (_within(a, 0, hi - 1) and _within(b, 0, hi - 1)):
             raise ConfigError(f"operands of {self.name} must be integers in 0..{hi - 1}")
-        if op.numel() and bool(((op < self.op_codes[0]) | (op > self.op_codes[-1])).any()):
+        if op.numel() and not _within(op, self.op_codes[0], self.op_codes[-1]):
             raise ConfigError(f"{self.name} takes op codes {self.op_codes} (0=add 1=sub 2=mul)")
         return a, b, op
 
