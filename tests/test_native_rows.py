@@ -90,6 +90,26 @@ def test_training_batches_are_the_same(monkeypatch, sampling, extra):
     assert torch.equal(ct, tt) and torch.equal(cm, tm)
 
 
+@pytest.mark.parametrize("name", ["add3", "add10"])
+def test_one_pass_pick_is_the_candidate_by_candidate_rows(name):
+    """rows_pick (every candidate drawn and tested in one C pass) against _candidates (the
+    same rows op by op): the same operands, and the same rows left to the fallback pool (all R
+    candidates held out: ~15 in these 10^6 rows, more at cap 1)."""
+    task = get_task(name)
+    hs = HS.HashSampler(task, TrainConfig(seeds=1, batch_size=128, sampling="values"))
+    g = torch.Generator().manual_seed(11)
+    B, R = 128, HS.CANDIDATES
+    k = HS.step_keys(torch.arange(8), torch.arange(1000)).reshape(-1)  # (S*K,)
+    key0 = HS._mix(k[:, None] ^ torch.arange(B) * R).reshape(-1)  # (N,)
+    mode = torch.tensor(native_rows.MODES)[torch.randint(0, 3, key0.shape, generator=g)]
+    cap = torch.randint(1, task.n_digits + 1, key0.shape, generator=g)
+    (ta, tb, _), rows = hs._candidates(k, key0, mode, cap, frozenset(native_rows.MODES))
+    a, b, pool = native_rows.pick(key0, k, B, R, mode, cap, task.n_digits, task.op_codes[0],
+                                  task.edge_cases(), len(task.op_codes))
+    assert torch.equal(a, ta) and torch.equal(b, tb)
+    assert torch.equal(pool.nonzero().squeeze(1), rows) and rows.numel() > 0
+
+
 def test_switched_off_it_says_why(monkeypatch):
     monkeypatch.setenv(native_rows.OFF_ENV, "0")
     assert native_rows.available() == f"{native_rows.OFF_ENV}=0"

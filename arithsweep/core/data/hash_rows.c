@@ -50,31 +50,34 @@ static inline int64_t uniform(Words *w, int64_t cap, int n) { /* hash_sampling._
     return lead * scale + number(w, n - 1) % scale;
 }
 
+/* One candidate's operands: key in [0, 2**32), mode 0 (uniform), 1 (values) or 4 (values, one
+ * length for both), cap in 1..n. */
+static inline void draw1(uint32_t key, int64_t m, int64_t c, int n, int64_t *a, int64_t *b) {
+    Words w = {key, 0};
+    if (m == 0) {
+        w.i = 10; /* hash_sampling._UNIFORM_AT */
+        *a = uniform(&w, c, n);
+        *b = uniform(&w, c, n);
+        return;
+    }
+    w.i = 40; /* hash_sampling._VALUES_AT */
+    const int64_t hi = P10[c];
+    int64_t x = number(&w, n) % hi, y = number(&w, n) % hi;
+    if (m == 4) {
+        int64_t len = below(&w, c); /* drawn for every row, used below the cap */
+        len = c < n ? 1 + len : c;
+        x %= P10[len];
+        y %= P10[len];
+    }
+    *a = x;
+    *b = y;
+}
+
 /* Operands of candidate rows: key (N,) in [0, 2**32), mode (N,) each 0 (uniform), 1 (values)
  * or 4 (values, one length for both), cap (N,) in 1..n; a, b (N,) out. */
 void rows_draw(int64_t N, const int64_t *key, const int64_t *mode, const int64_t *cap, int n,
                int64_t *a, int64_t *b) {
-    for (int64_t r = 0; r < N; r++) {
-        Words w = {(uint32_t)key[r], 0};
-        const int64_t c = cap[r];
-        if (mode[r] == 0) {
-            w.i = 10; /* hash_sampling._UNIFORM_AT */
-            a[r] = uniform(&w, c, n);
-            b[r] = uniform(&w, c, n);
-            continue;
-        }
-        w.i = 40; /* hash_sampling._VALUES_AT */
-        const int64_t hi = P10[c];
-        int64_t x = number(&w, n) % hi, y = number(&w, n) % hi;
-        if (mode[r] == 4) {
-            int64_t len = below(&w, c); /* drawn for every row, used below the cap */
-            len = c < n ? 1 + len : c;
-            x %= P10[len];
-            y %= P10[len];
-        }
-        a[r] = x;
-        b[r] = y;
-    }
+    for (int64_t r = 0; r < N; r++) draw1((uint32_t)key[r], mode[r], cap[r], n, a + r, b + r);
 }
 
 static inline uint32_t fmix32(uint32_t h) { /* sampling._fmix32 */
@@ -85,19 +88,48 @@ static inline uint32_t fmix32(uint32_t h) { /* sampling._fmix32 */
     return h ^ (h >> 16);
 }
 
-/* Task._held: sampling._holdout's keyed hash, or one of the E edge cases (ea, eb, eo) (E, 3)
- * (the op compared only when `ops` > 1). a, b, op (N,) non-negative; held (N,) 0/1 out. */
-void rows_held(int64_t N, const int64_t *a, const int64_t *b, const int64_t *op, int E,
-               const int64_t *edges, int ops, uint8_t *held) {
+/* Task._held of one row: sampling._holdout's keyed hash, or one of the E edge cases (ea, eb,
+ * eo) (E, 3) (the op compared only when `ops` > 1); x, y, o non-negative. */
+static inline uint8_t held1(int64_t x, int64_t y, int64_t o, int E, const int64_t *edges,
+                            int ops) {
     const int64_t K0 = 0x9E3779B, K1 = 0x7F4A7C1, K2 = 0x5BD1E99, K3 = 0x27D4EB3, K4 = 0x165667B;
     const int64_t M32 = 0xFFFFFFFFLL;
+    int64_t s = (x & M32) * K0 + (x >> 32) * K1 + (y & M32) * K2 + (y >> 32) * K3 + o * K4;
+    uint8_t h = (fmix32((uint32_t)((s & M32) ^ (s >> 32))) & 15) == 0;
+    for (int e = 0; e < E && !h; e++)
+        h = x == edges[3 * e] && y == edges[3 * e + 1] && (ops < 2 || o == edges[3 * e + 2]);
+    return h;
+}
+
+/* Task._held of rows a, b, op (N,); held (N,) 0/1 out. */
+void rows_held(int64_t N, const int64_t *a, const int64_t *b, const int64_t *op, int E,
+               const int64_t *edges, int ops, uint8_t *held) {
+    for (int64_t r = 0; r < N; r++) held[r] = held1(a[r], b[r], op[r], E, edges, ops);
+}
+
+/* HashSampler._compact's rows in one pass, for a task of one op code `op`: row r of a piece
+ * takes candidate 0 (key0[r]) unless it is held out, else the first train-side one of
+ * candidates j = 1 .. R-1, keyed mix(skey[r / B] ^ ((r % B) R + j)) (hash_sampling.row_keys);
+ * a row whose R candidates are all held out gets pool[r] = 1 (the caller's fallback) and a,
+ * b of its candidate 0. The same rows as drawing every candidate and testing each. */
+void rows_pick(int64_t N, const int64_t *key0, const int64_t *skey, int64_t B, int R,
+               const int64_t *mode, const int64_t *cap, int n, int64_t op, int E,
+               const int64_t *edges, int ops, int64_t *a, int64_t *b, uint8_t *pool) {
     for (int64_t r = 0; r < N; r++) {
-        const int64_t x = a[r], y = b[r], o = op[r];
-        int64_t s = (x & M32) * K0 + (x >> 32) * K1 + (y & M32) * K2 + (y >> 32) * K3 + o * K4;
-        uint8_t h = (fmix32((uint32_t)((s & M32) ^ (s >> 32))) & 15) == 0;
-        for (int e = 0; e < E && !h; e++)
-            h = x == edges[3 * e] && y == edges[3 * e + 1] && (ops < 2 || o == edges[3 * e + 2]);
-        held[r] = h;
+        draw1((uint32_t)key0[r], mode[r], cap[r], n, a + r, b + r);
+        pool[r] = 0;
+        if (!held1(a[r], b[r], op, E, edges, ops)) continue;
+        int j = 1;
+        for (; j < R; j++) {
+            const uint32_t k = mix((uint32_t)skey[r / B] ^ (uint32_t)((r % B) * R + j));
+            int64_t x, y;
+            draw1(k, mode[r], cap[r], n, &x, &y);
+            if (!held1(x, y, op, E, edges, ops)) {
+                a[r] = x, b[r] = y;
+                break;
+            }
+        }
+        pool[r] = j == R;
     }
 }
 

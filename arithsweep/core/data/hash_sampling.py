@@ -305,11 +305,32 @@ class HashSampler:
         """The CPU path on flat rows (N,): candidate 0 of every row, then candidates 1..R-1
         (all in one call) of the ~1/16 rows whose candidate 0 is held out, then the pool for
         rows whose R candidates all are. k: the (S*K,) step keys the rows' keys derive from."""
+        B, R, task = self.cfg.batch_size, CANDIDATES, self.task
+        if (len(task.op_codes) == 1 and used <= set(native_rows.MODES)
+                and native_rows.usable(key0, cap)):  # every candidate and test in one C pass
+            a, b, pool = native_rows.pick(key0, k, B, R, mode, cap, task.n_digits,
+                                          task.op_codes[0], task.edge_cases(),
+                                          len(task.op_codes))
+            out = (a, b, torch.full_like(key0, task.op_codes[0]))
+            rows = pool.nonzero().squeeze(1)
+        else:
+            out, rows = self._candidates(k, key0, mode, cap, used)
+        if rows.numel():  # all R held out: the pool, as _fallback does for every row
+            pool_rows = self._fallback(key0[rows], cap[rows], mode[rows], plans, used)
+            for o, x in zip(out, pool_rows):
+                o[rows] = x
+        return out
+
+    def _candidates(self, k: Tensor, key0: Tensor, mode: Tensor, cap: Tensor,
+                    used: frozenset[int]) -> tuple[tuple[Tensor, Tensor, Tensor], Tensor]:
+        """_compact's rows by torch ops (and the C draw and holdout test where they apply):
+        candidate 0 of every row, then candidates 1..R-1 of the rows whose candidate 0 is held
+        out; also the rows whose R candidates all are."""
         B, R = self.cfg.batch_size, CANDIDATES
         out = draw(key0, mode, cap, self.task, used, True)
         rows = self.task._held(*out).nonzero().squeeze(1)
         if not rows.numel():
-            return out
+            return out, rows
         if R > 1:
             j = torch.arange(1, R, device=k.device)
             keys = _mix(k[rows // B, None] ^ ((rows % B)[:, None] * R + j))  # (F, R-1)
@@ -325,11 +346,7 @@ class HashSampler:
             for o, x in zip(out, more):
                 o[rows[found]] = x[pick[found]]
             rows = rows[~found]
-        if rows.numel():  # all R held out: the pool, as _fallback does for every row
-            pool = self._fallback(key0[rows], cap[rows], mode[rows], plans, used)
-            for o, x in zip(out, pool):
-                o[rows] = x
-        return out
+        return out, rows
 
     def _fallback(self, key: Tensor, cap: Tensor, mode: Tensor, plans: list[tuple[int, int, int]],
                   used: frozenset[int]) -> tuple[Tensor, Tensor, Tensor]:

@@ -80,6 +80,20 @@ def held(a: Tensor, b: Tensor, op: Tensor, edges: list[tuple[int, int, int]],
     return out.view(shape).bool()
 
 
+def pick(key0: Tensor, skey: Tensor, B: int, R: int, mode: Tensor, cap: Tensor, n_digits: int,
+         op: int, edges: list[tuple[int, int, int]], n_ops: int) -> tuple[Tensor, Tensor, Tensor]:
+    """HashSampler._compact's rows for a task of one op code: a, b (N,) and pool (N,) bool,
+    True where all R candidates are held out (then a, b are candidate 0's; `usable` first)."""
+    key0, skey, mode, cap = _int64(key0), _int64(skey), _int64(mode), _int64(cap)
+    a, b = torch.empty_like(key0), torch.empty_like(key0)
+    pool = torch.empty(key0.shape, dtype=torch.uint8)
+    e = torch.tensor(edges or [(0, 0, 0)], dtype=torch.int64)
+    _lib.rows_pick(key0.numel(), key0.data_ptr(), skey.data_ptr(), B, R, mode.data_ptr(),
+                   cap.data_ptr(), n_digits, op, len(edges), e.data_ptr(), n_ops, a.data_ptr(),
+                   b.data_ptr(), pool.data_ptr())
+    return a, b, pool.bool()
+
+
 def encode(parts: list, n_rows: int, seq_len: int) -> Tensor:
     """Tokens (n_rows, seq_len) uint8 of a pad format's row layout `parts` (encode_fixed's:
     a token id, or (x (N,), width, least significant first)), written row by row (`usable`
@@ -104,5 +118,6 @@ def _declare() -> None:
     _lib.rows_draw.argtypes = [i64, p, p, p, i, p, p]
     _lib.rows_held.argtypes = [i64, p, p, p, i, p, i, p]
     _lib.rows_encode.argtypes = [i64, p, p, i, p, i64]
-    for f in (_lib.rows_draw, _lib.rows_held, _lib.rows_encode):
+    _lib.rows_pick.argtypes = [i64, p, p, i64, i, p, p, i, i64, i, p, i, p, p, p]
+    for f in (_lib.rows_draw, _lib.rows_held, _lib.rows_encode, _lib.rows_pick):
         f.restype = None
