@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -45,14 +46,18 @@ HOW_TO_GET = ("no reference given: to compare, clone it and pass its folder (doc
               "  python scripts/bench_reference.py /tmp/M10S")
 
 
-def arithsweep_rate(shape: str, seeds: int, steps: int, first_seed: int = 0) -> dict:
-    """One pack of `seeds` seeds of `shape`, its recipe for `steps` steps: examples/s."""
+def arithsweep_rate(shape: str, seeds: int, steps: int, first_seed: int = 0,
+                    ready: Callable[[], None] | None = None) -> dict:
+    """One pack of `seeds` seeds of `shape`, its recipe for `steps` steps: examples/s.
+    `ready()`: called after the warm-up, before the timed run starts (a start barrier)."""
     from arithsweep.core.overrides import build_configs
     from arithsweep.core.training.population import train
 
     task, model_cfg, cfg = build_configs(None, None, ROOT / ANCHORS[shape], {})
     cfg = replace(cfg, seeds=seeds, steps=steps, seed=first_seed)
     train(task, model_cfg, replace(cfg, steps=3))  # builds and loads the kernel, warms caches
+    if ready is not None:
+        ready()
     t0 = time.perf_counter()
     r = train(task, model_cfg, cfg)
     dt = time.perf_counter() - t0
@@ -65,8 +70,21 @@ def per_core(shape: str, seeds: int, steps: int, cores: int) -> dict:
     each = max(1, seeds // cores)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     procs = [subprocess.Popen([sys.executable, __file__, "--child", shape, str(each), str(steps),
-                               str(i * each)], stdout=subprocess.PIPE, text=True, env=env)
+                               str(i * each)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, env=env)
              for i in range(cores)]
+    # a start barrier: every child warms up (imports, kernel build), then all time at once, so
+    # none runs its first steps with a core to itself
+    for p in procs:
+        assert p.stdout is not None
+        while (line := p.stdout.readline()) and line.strip() != "ready":
+            pass  # anything a child prints before its warm-up ends
+        if not line:
+            raise SystemExit("error: a per-core child failed before its timed run")
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.flush()
     rows = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
     if any(p.returncode for p in procs):
         raise SystemExit("error: a per-core child failed")
@@ -118,7 +136,12 @@ def main() -> None:
 
         torch.set_num_threads(1)
         shape, seeds, steps, first = a.child
-        print(json.dumps(arithsweep_rate(shape, int(seeds), int(steps), int(first))))
+
+        def ready() -> None:  # tell the parent, wait for its go
+            print("ready", flush=True)
+            sys.stdin.readline()
+
+        print(json.dumps(arithsweep_rate(shape, int(seeds), int(steps), int(first), ready)))
         return
     if a.reference is not None and not (a.reference / "experiments" / "sub50_sweep.py").is_file():
         print(f"error: {a.reference}/experiments/sub50_sweep.py not found: give the "
