@@ -50,6 +50,13 @@ def _digits(x: Tensor, width: int) -> Tensor:
     return _digit_table(x % 10**width, width).long()  # the low digits of any x
 
 
+def within(x: Tensor, lo: int, hi: int) -> bool:
+    """Every entry of x (non-empty) in lo..hi, in one pass over it (a
+    training chunk's operands are 2-MB tensors)."""
+    mn, mx = torch.aminmax(x)
+    return lo <= int(mn) and int(mx) <= hi
+
+
 def _num_digits(x: Tensor) -> Tensor:
     """Digit count of non-negative x, 0 counting as one digit: (N,) -> (N,)."""
     return (x.unsqueeze(1) >= _POW10.to(x.device)[1:]).sum(1) + 1

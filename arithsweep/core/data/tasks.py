@@ -51,6 +51,7 @@ from arithsweep.core.data.sampling import (
     _draw,
     _holdout,
     _num_digits,
+    within,
 )
 from arithsweep.core.errors import ConfigError
 
@@ -86,12 +87,6 @@ def _built(name: str, fmt: Format) -> Task:
     name = task_name(name)  # the one name parser, shared with the torch-free CLI paths
     op = name.rstrip("0123456789")
     return Task(name, op, int(name[len(op):]), fmt)
-
-
-def _within(x: Tensor, lo: int, hi: int) -> bool:
-    """Every entry of x (non-empty) in lo..hi, in one pass over it."""
-    mn, mx = torch.aminmax(x)
-    return lo <= int(mn) and int(mx) <= hi
 
 
 @dataclass(frozen=True)
@@ -147,10 +142,9 @@ class Task:
         a = torch.as_tensor(a, dtype=torch.int64)
         b, op = (torch.as_tensor(x, dtype=torch.int64, device=a.device) for x in (b, op))
         op, hi = op.expand_as(a), 10**self.n_digits
-        # one pass over each (a training chunk's are 2-MB tensors), not one a comparison
-        if a.numel() and not (_within(a, 0, hi - 1) and _within(b, 0, hi - 1)):
+        if a.numel() and not (within(a, 0, hi - 1) and within(b, 0, hi - 1)):
             raise ConfigError(f"operands of {self.name} must be integers in 0..{hi - 1}")
-        if op.numel() and not _within(op, self.op_codes[0], self.op_codes[-1]):
+        if op.numel() and not within(op, self.op_codes[0], self.op_codes[-1]):
             raise ConfigError(f"{self.name} takes op codes {self.op_codes} (0=add 1=sub 2=mul)")
         return a, b, op
 
