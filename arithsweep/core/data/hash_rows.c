@@ -133,19 +133,26 @@ void rows_pick(int64_t N, const int64_t *key0, const int64_t *skey, int64_t B, i
     }
 }
 
+/* n = 0 .. 99 as its two digits, tens first: PAIRS[2 n], PAIRS[2 n + 1] */
+static const uint8_t PAIRS[200] = {
+    0,0, 0,1, 0,2, 0,3, 0,4, 0,5, 0,6, 0,7, 0,8, 0,9,
+    1,0, 1,1, 1,2, 1,3, 1,4, 1,5, 1,6, 1,7, 1,8, 1,9,
+    2,0, 2,1, 2,2, 2,3, 2,4, 2,5, 2,6, 2,7, 2,8, 2,9,
+    3,0, 3,1, 3,2, 3,3, 3,4, 3,5, 3,6, 3,7, 3,8, 3,9,
+    4,0, 4,1, 4,2, 4,3, 4,4, 4,5, 4,6, 4,7, 4,8, 4,9,
+    5,0, 5,1, 5,2, 5,3, 5,4, 5,5, 5,6, 5,7, 5,8, 5,9,
+    6,0, 6,1, 6,2, 6,3, 6,4, 6,5, 6,6, 6,7, 6,8, 6,9,
+    7,0, 7,1, 7,2, 7,3, 7,4, 7,5, 7,6, 7,7, 7,8, 7,9,
+    8,0, 8,1, 8,2, 8,3, 8,4, 8,5, 8,6, 8,7, 8,8, 8,9,
+    9,0, 9,1, 9,2, 9,3, 9,4, 9,5, 9,6, 9,7, 9,8, 9,9,
+};
+
 /* encode_fixed's rows (N, T) uint8, written row by row from its layout `prog`: n_parts rows
  * of (kind, value, width, lsd_first), kind 0 the token `value` in one column, kind 1 the
  * digits of x[value] (N,) int64 >= 0 in `width` columns, least significant first or most
  * (digits above width dropped, as _digit_table's). */
-/* n = 0 .. 99 as its two digits, tens first */
-static uint8_t PAIRS[100][2];
-static void pairs_init(void) {
-    for (int n = 0; n < 100; n++) PAIRS[n][0] = (uint8_t)(n / 10), PAIRS[n][1] = (uint8_t)(n % 10);
-}
-
 void rows_encode(int64_t N, const int64_t *const *x, const int32_t *prog, int n_parts,
                  uint8_t *out, int64_t T) {
-    if (!PAIRS[99][0]) pairs_init(); /* idempotent: a race writes the same bytes */
     for (int64_t r = 0; r < N; r++) {
         uint8_t *o = out + r * T;
         for (int p = 0; p < n_parts; p++) {
@@ -161,7 +168,7 @@ void rows_encode(int64_t N, const int64_t *const *x, const int32_t *prog, int n_
              * the same digits */
             for (; j + 1 < width; j += 2) {
                 const uint64_t w = v / 100;
-                const uint8_t *pr = PAIRS[v - w * 100];
+                const uint8_t *pr = PAIRS + 2 * (v - w * 100);
                 if (q[3]) {
                     o[j] = pr[1], o[j + 1] = pr[0];
                 } else {
