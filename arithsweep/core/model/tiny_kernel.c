@@ -740,17 +740,12 @@ static void tile_inputs(const Dims *D, const uint8_t *tok, const uint8_t *mask, 
                         int32_t *ttok, float *tmask) {
     const int Ti = D->Ti, s = D->s, Tq = D->Ti - D->s;
     for (int l = 0; l < L; l++) {
-        const int b = b0 + l;
-        if (b >= D->B) {
-            for (int t = 0; t <= Ti; t++) ttok[t * L + l] = 0;
-            if (mask)
-                for (int i = 0; i < Tq; i++) tmask[i * L + l] = 0.0f;
-            continue;
-        }
-        const uint8_t *tr = tok + (size_t)b * D->Tt;
-        for (int t = 0; t <= Ti; t++) ttok[t * L + l] = t < D->Tt ? tr[t] : 0;
+        const int b = b0 + l, in = b < D->B;
+        const uint8_t *tr = in ? tok + (size_t)b * D->Tt : NULL;
+        const uint8_t *mr = in && mask ? mask + (size_t)b * D->Tm + s : NULL;
+        for (int t = 0; t <= Ti; t++) ttok[t * L + l] = tr && t < D->Tt ? tr[t] : 0;
         if (mask)
-            for (int i = 0; i < Tq; i++) tmask[i * L + l] = mask[(size_t)b * D->Tm + s + i] ? 1.0f : 0.0f;
+            for (int i = 0; i < Tq; i++) tmask[i * L + l] = mr && mr[i] ? 1.0f : 0.0f;
     }
 }
 
