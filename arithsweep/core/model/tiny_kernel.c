@@ -411,9 +411,9 @@ typedef struct {
 static size_t ws_size(const Dims *D) { /* vf count of `tile`'s workspace */
     int Ti = D->Ti, Tq = D->Ti - D->s, d = D->d, nq = D->H * D->qk, nk = D->Hkv * D->qk;
     int nv = D->Hkv * D->vh, no = D->H * D->vh, ff = D->ff;
-    return (size_t)Ti * (5 * d + 1 + 4 * nk + D->Hkv + 2 * nv + 1)
-         + (size_t)Tq * (3 * nq + D->H + D->H * Ti + no + 6 * d + 2 + 3 * ff + D->V)
-         + (size_t)Tq * (no + nq) + (size_t)Ti + 4 * d + 3 * ff + D->qk;
+    return (size_t)Ti * (5 * d + 1 + 3 * nk + D->Hkv + 2 * nv + 1)
+         + (size_t)Tq * (2 * nq + D->H + D->H * Ti + no + 6 * d + 2 + 3 * ff + D->V)
+         + (size_t)Tq * (no + nq) + (size_t)Ti + 4 * d + 3 * ff + D->qk + nk + nq;
 }
 
 /* VL sequences of one member (a tile, or a part of one): loss += sum(mask * ce) per lane,
@@ -433,9 +433,9 @@ static INLINE void tile(const Dims *D, const Offs *O, const Weights *W, const in
     vf *p = ws;
 #define TAKE(name, n) vf *name = p; p += (n)
     TAKE(x0, Ti * d); TAKE(r1, Ti); TAKE(y1, Ti * d); TAKE(h1, Ti * d);
-    TAKE(kraw, Ti * nk); TAKE(khat, Ti * nk); TAKE(rk, Ti * Hkv); TAKE(kr, Ti * nk);
+    TAKE(khat, Ti * nk); TAKE(rk, Ti * Hkv); TAKE(kr, Ti * nk);
     TAKE(vv, Ti * nv);
-    TAKE(qraw, Tq * nq); TAKE(qhat, Tq * nq); TAKE(rq, Tq * H); TAKE(qr, Tq * nq);
+    TAKE(qhat, Tq * nq); TAKE(rq, Tq * H); TAKE(qr, Tq * nq);
     TAKE(pr, Tq * H * Ti); TAKE(o, Tq * no);
     TAKE(x1, Tq * d); TAKE(r2, Tq); TAKE(y2, Tq * d); TAKE(h2, Tq * d);
     TAKE(gt, Tq * ff); TAKE(up, Tq * ff); TAKE(act, Tq * ff);
@@ -445,6 +445,9 @@ static INLINE void tile(const Dims *D, const Offs *O, const Weights *W, const in
     TAKE(dp, 2 * Ti);
     TAKE(d_hf, d); TAKE(d_x, d); TAKE(d_y, d); TAKE(d_act, ff); TAKE(d_gt, ff); TAKE(d_up, ff);
     TAKE(d_oq, Tq * no); TAKE(d_qq, Tq * nq); TAKE(d_h, d); TAKE(d_qh, qk);
+    /* one position's raw q and k projections: the backward reads only the normed ones (hat,
+     * r), so these need not stay per position (a smaller workspace: 1.01-1.05x, same bits) */
+    TAKE(kraw, nk); TAKE(qraw, nq);
 #undef TAKE
 
     /* ---- embedding x0[t] = E[tok[t]] + P[t]: a gather, lane by lane; or, for a small
@@ -481,19 +484,19 @@ static INLINE void tile(const Dims *D, const Offs *O, const Weights *W, const in
         } else {
             memcpy(h, x0 + t * d, sizeof(vf) * d);
         }
-        matvec(W->Wk, h, kraw + t * nk, nk, d, 0);
+        matvec(W->Wk, h, kraw, nk, d, 0);
         matvec(W->Wv, h, vv + t * nv, nv, d, 0);
         for (int hh = 0; hh < Hkv; hh++) {
             int c0 = t * nk + hh * qk;
-            qk_fwd(D, kraw + c0, khat + c0, rk + t * Hkv + hh, kr + c0, W->kn, cs, sn, t, eps);
+            qk_fwd(D, kraw + hh * qk, khat + c0, rk + t * Hkv + hh, kr + c0, W->kn, cs, sn, t, eps);
         }
     }
     for (int i = 0; i < Tq; i++) {
         int t = s + i;
-        matvec(W->Wq, h1 + t * d, qraw + i * nq, nq, d, 0);
+        matvec(W->Wq, h1 + t * d, qraw, nq, d, 0);
         for (int hh = 0; hh < H; hh++) {
             int c0 = i * nq + hh * qk;
-            qk_fwd(D, qraw + c0, qhat + c0, rq + i * H + hh, qr + c0, W->qn, cs, sn, t, eps);
+            qk_fwd(D, qraw + hh * qk, qhat + c0, rq + i * H + hh, qr + c0, W->qn, cs, sn, t, eps);
         }
     }
     /* ---- causal attention of the answer queries, then the rest of the block */
