@@ -12,7 +12,8 @@ import torch
 import arithsweep.core.training.train as train_mod
 from arithsweep.core.errors import ConfigError
 from arithsweep.core.overrides import build_configs
-from arithsweep.core.training.population import PackAdamW, pack_key, train, train_population
+from arithsweep.core.training.packing import pack_key
+from arithsweep.core.training.population import PackAdamW, train, train_population
 
 # per-proposal hyperparameters: lr, weight decay, clip (0 = off), warmup, cosine floor, seed
 PROPOSALS = [dict(lr=1e-2, weight_decay=0.01, grad_clip=1.0, warmup=10, seed=0),

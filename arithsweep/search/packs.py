@@ -1,7 +1,7 @@
 """Packs: one Ray Tune trial that trains several Optuna proposals of one model shape at once.
 
 With `--proposals-per-trial P > 1` the searcher asks Optuna for up to P proposals that share a
-`core.training.population.pack_key` (same model, same shared training settings; only per-member
+`core.training.packing.pack_key` (same model, same shared training settings; only per-member
 fields such as lr, warmup, weight decay or seeds differ) and hands them to Tune as ONE trial
 whose config carries the list under `PROPOSALS`. The trainable trains them together with
 `train_population` and reports each proposal's numbers under `p<j>/<metric>` keys; the driver
@@ -81,7 +81,7 @@ def reported(result: dict[str, Any], j: int) -> bool:
 
 
 class PackKeyer:
-    """A proposal's pack key (`core.training.population.pack_key` plus the task format), or
+    """A proposal's pack key (`core.training.packing.pack_key` plus the task format), or
     None when its config is invalid; picklable (Tune saves it with the searcher)."""
 
     def __init__(self, const: dict[str, Any]) -> None:
@@ -89,7 +89,7 @@ class PackKeyer:
 
     def __call__(self, config: dict[str, Any]) -> tuple | None:
         from arithsweep.core.errors import ConfigError
-        from arithsweep.core.training.population import pack_key
+        from arithsweep.core.training.packing import pack_key
         from arithsweep.search.trial import build_trial
 
         try:
@@ -102,6 +102,6 @@ class PackKeyer:
 
 def per_member_param(name: str) -> bool:
     """May this sampled key differ between the proposals of one pack?"""
-    from arithsweep.core.training.population import PER_MEMBER_FIELDS
+    from arithsweep.core.training.packing import PER_MEMBER_FIELDS
 
     return name.startswith("train.") and name[len("train."):] in PER_MEMBER_FIELDS

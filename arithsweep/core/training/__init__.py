@@ -7,6 +7,7 @@
                 clipping
     step        one optimiser step of a pack, captured as a CUDA graph where it can be
     resume      a run's whole state on disk, so that a killed run continues bit for bit
+    packing     which proposals may share a pack (pack_key), the pack's batches, member views
     population  the loop: proposals of one shape in one pack, each stopping on its own
                 (`train` is a pack of one)
     finish      the near-miss finishers after training: targeted fine-tuning, CMA-ES

@@ -1,9 +1,9 @@
 """Population training: many proposals that share a model shape, trained in one pack.
 
 A *proposal* is one `TrainConfig` (its own lr, warmup, decay, clip, seeds...). Proposals whose
-`pack_key`s are equal differ only in `PER_MEMBER_FIELDS`, so their seeds can live in one
-`ArithTransformer` of K = sum(seeds) members: one forward/backward and one optimiser step move
-every proposal at once, with per-member (K,) learning rates, weight decays and clip norms.
+`pack_key`s are equal (packing.py) differ only in `PER_MEMBER_FIELDS`, so their seeds can live
+in one `ArithTransformer` of K = sum(seeds) members: one forward/backward and one optimiser
+step move every proposal at once, with per-member (K,) learning rates, weight decays and clip norms.
 Member i of proposal j is seed cfgs[j].seed + i for init and data, exactly as in `train()`,
 so it reaches the same weights as when that proposal trains alone (to float tolerance).
 
@@ -11,7 +11,7 @@ Each proposal stops on its own (target reached, time budget, its `on_eval` retur
 every seed failed); its members are then frozen (zero learning rate, zero gradient) and the
 pack ends once every proposal has stopped. `train()` is this with a single proposal.
 
-    from arithsweep.core.training.population import pack_key, train_population
+    from arithsweep.core.training.population import train_population
     cfgs = [TrainConfig(lr=lr, seeds=2) for lr in (3e-3, 1e-2, 3e-2)]
     results = train_population(get_task("add3"), model_cfg, cfgs)  # one TrainResult each
 """
@@ -36,6 +36,7 @@ from arithsweep.core.model.checkpoint import start_members_from
 from arithsweep.core.model.model import ArithTransformer, ModelConfig, count_params
 from arithsweep.core.model.tiny_layout import kernel_threads, tiny_logits, tiny_loss
 from arithsweep.core.training.optim import LrTable, PackAdamW
+from arithsweep.core.training.packing import PackStream, check_pack, member_view
 from arithsweep.core.training.recipe import (
     GrokfastEMA,
     decay_factors,
@@ -56,92 +57,7 @@ from arithsweep.core.training.resume import (
 )
 from arithsweep.core.training.step import PackStep, capture_blocker
 
-# Fields that may differ between the proposals of one pack: per-member optimiser settings and
-# the per-proposal stopping rule. Everything else (shape of the step, data recipe, schedule
-# length, evaluation cadence, device) is shared by the whole pack.
-PER_MEMBER_FIELDS = ("lr", "min_lr_ratio", "warmup", "weight_decay", "grad_clip", "polish_lr",
-                     "seed", "seeds", "target", "early_stop", "time_budget")
-
 OnEval = Callable[[int, "T.EvalPoint", "T.TrainResult"], bool | None]
-
-
-def pack_key(model_cfg: ModelConfig, cfg: TrainConfig) -> tuple:
-    """Proposals with equal keys can be trained in one pack by `train_population`."""
-    shared = tuple((k, _frozen(v)) for k, v in cfg.to_dict().items()
-                   if k not in PER_MEMBER_FIELDS)
-    return tuple(sorted((k, _frozen(v)) for k, v in model_cfg.to_dict().items())), shared
-
-
-def _frozen(v):  # list fields (curriculum stages, arc_init) as tuples: a pack key is hashed
-    return tuple(_frozen(x) for x in v) if isinstance(v, list) else v
-
-
-def _check_pack(model_cfg: ModelConfig, cfgs: Sequence[TrainConfig]) -> None:
-    if not cfgs:
-        raise ConfigError("train_population: no proposals given")
-    first = dict(pack_key(model_cfg, cfgs[0])[1])
-    for j, c in enumerate(cfgs[1:], 1):
-        other = dict(pack_key(model_cfg, c)[1])
-        diff = [k for k in first if first[k] != other[k]]
-        if diff:
-            raise ConfigError(f"proposal {j} cannot share a pack with proposal 0: {diff[0]}="
-                              f"{other[diff[0]]!r} vs {first[diff[0]]!r} (pack_key differs)")
-
-
-class _PackStream:
-    """The pack's batches: each proposal's own `_DataStream` (its seeds), stacked on K. A
-    stopped proposal stops drawing (its members are frozen) and repeats its last batch."""
-
-    def __init__(self, task: Task, cfgs: Sequence[TrainConfig], device: torch.device):
-        self.streams = [T._DataStream(task, c, device) for c in cfgs]
-        self.last: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(cfgs)
-        self.running = [True] * len(cfgs)
-
-    def polish(self, models: list[ArithTransformer], device: torch.device) -> None:
-        for j, m in enumerate(models):  # mined per proposal: its seed, its members
-            if self.running[j]:
-                self.streams[j] = T._PolishStream(self.streams[j], m, device)
-
-    def state(self) -> tuple[dict[str, torch.Tensor], dict]:
-        tensors, docs = {}, []
-        for j, s in enumerate(self.streams):
-            t, doc = s.state()
-            tensors.update(prefixed(t, f"{j}."))
-            if not self.running[j] and self.last[j] is not None:  # a stopped one repeats it
-                tensors[f"{j}.last.tokens"], tensors[f"{j}.last.mask"] = self.last[j]
-            docs.append(doc)
-        return tensors, {"streams": docs, "running": list(self.running)}
-
-    def load(self, tensors: dict[str, torch.Tensor], doc: dict, device: torch.device) -> None:
-        self.running = list(doc["running"])
-        for j, d in enumerate(doc["streams"]):
-            t = sub(tensors, f"{j}.")
-            if "polish" in d:
-                self.streams[j] = T._PolishStream.restore(self.streams[j], t, d, device)
-            else:
-                self.streams[j].load(t, d)
-            if "last.tokens" in t:
-                self.last[j] = (t["last.tokens"].to(device), t["last.mask"].to(device))
-
-    def next(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        for j, s in enumerate(self.streams):
-            if self.running[j] or self.last[j] is None:
-                self.last[j] = s.next(step)  # (n_j, B, T), (n_j, B, T-1)
-        if len(self.last) == 1:
-            return self.last[0]  # type: ignore[return-value]
-        return tuple(torch.cat([b[i] for b in self.last], 0) for i in range(2))  # (K, B, ...)
-
-
-def _member_view(model: ArithTransformer, off: int, n: int) -> ArithTransformer:
-    """Members off..off+n of `model` as an n-member model whose weights are views of the
-    pack's (no copy: it always shows the pack's current weights)."""
-    if off == 0 and n == model.k:
-        return model
-    dev = next(model.parameters()).device
-    sub = ArithTransformer(model.cfg, k=n, generator=torch.Generator().manual_seed(0)).to(dev)
-    for sp, pp in zip(sub.parameters(), model.parameters(), strict=True):
-        sp.data = pp.data[off:off + n]
-    return sub
 
 
 def train_population(task: Task, model_cfg: ModelConfig, cfgs: Sequence[TrainConfig],
@@ -156,7 +72,7 @@ def train_population(task: Task, model_cfg: ModelConfig, cfgs: Sequence[TrainCon
             f"model config vocab_size={model_cfg.vocab_size}, n_ctx={model_cfg.n_ctx} does not "
             f"fit task {task.name} (vocab_size={task.vocab_size}, n_ctx={task.n_ctx})"
         )
-    _check_pack(model_cfg, cfgs)
+    check_pack(model_cfg, cfgs)
     return _PackRun(task, model_cfg, cfgs, on_eval, on_step, checkpoint).run()
 
 
@@ -196,11 +112,11 @@ class _PackRun:
         self.step_threads, self.eval_forward = contextlib.nullcontext, None
         if layout == "tiny":  # its kernel scores training's evaluations too (~10x the model's)
             loss_fn, self.step_threads, self.eval_forward = tiny_loss, kernel_threads, tiny_logits
-        self.data = _PackStream(task, cfgs, device)
+        self.data = PackStream(task, cfgs, device)
         ea, eb, eop = eval_problems(task, c0.eval_size, c0.train_digits)  # (N,) each
         self.eval_set = EvalSet(task, ea, eb, eop, device)  # encoded once, on the device
         self.results = [T.TrainResult(task=task, model_cfg=model_cfg, train_cfg=c,
-                                      model=_member_view(model, o, n), params=count_params(model),
+                                      model=member_view(model, o, n), params=count_params(model),
                                       device=str(device), failed=[False] * n,
                                       eval_size=ea.numel(), layout=layout, layout_why=layout_why)
                         for c, o, n in zip(cfgs, self.offs, counts)]
@@ -391,7 +307,7 @@ def _lbfgs_and_score(run: _PackRun, step: int) -> None:
     live = run.alive.tolist()
     run.model.train()
     for c, o, n in zip(run.cfgs, run.offs, run.counts):
-        members = [_member_view(run.model, o + i, 1) for i in range(n) if live[o + i]]
+        members = [member_view(run.model, o + i, 1) for i in range(n) if live[o + i]]
         lbfgs_polish(members, run.task, c, T._loss_fn, run.start, run.device)
     right, pos_acc = score(run.model, run.task, run.eval_set)  # (K, N), (K, answer_len)
     ok, pos_acc = right.float().mean(1).tolist(), pos_acc.tolist()
