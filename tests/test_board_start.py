@@ -69,7 +69,11 @@ def test_the_board_entry_is_the_incumbent_and_its_line_says_so(board):
     line = start["note"]
     assert line.startswith("from the board's smallest add3 entry 34 (51 p, verified 100.0000%")
     assert line.endswith("; --fresh starts from the space's start point") and "\n" not in line
-    assert incumbent.board_incumbent("add2", 0.99, find) == (None, None, None)
+    # no entry of the task: the space's start point, and the line says so
+    item, values, why = incumbent.board_incumbent("add2", 0.99, find)
+    assert item is None and values is None
+    assert why == ("from the space's start point: the board (its database and the entries.json "
+                   "beside it) holds no add2 entry at 0.99 or above")
 
 
 def test_an_entry_that_cannot_be_the_incumbent_is_one_line_and_a_fresh_start(board):
@@ -77,7 +81,7 @@ def test_an_entry_that_cannot_be_the_incumbent_is_one_line_and_a_fresh_start(boa
     broken = {**found, "model_config": {**found["model_config"], "no_such_field": 1}}
     item, values, why = incumbent.board_incumbent("add3", 0.99, lambda task, target: broken)
     assert item is None and values is None
-    assert why.startswith("the space's start point, not the board's smallest add3 entry 34 "
+    assert why.startswith("from the space's start point, not the board's smallest add3 entry 34 "
                           "(entry 34's configs do not load in this arithsweep: ")
     assert "\n" not in why
 
@@ -85,7 +89,7 @@ def test_an_entry_that_cannot_be_the_incumbent_is_one_line_and_a_fresh_start(boa
         raise ArithsweepError("leaderboard/leaderboard.db: database disk image is malformed")
 
     _, _, why = incumbent.board_incumbent("add3", 0.99, unreadable)
-    assert why == ("the space's start point: the board was not read "
+    assert why == ("from the space's start point: the board was not read "
                    "(leaderboard/leaderboard.db: database disk image is malformed)")
 
 
@@ -117,6 +121,16 @@ def test_add10_on_the_published_board_starts_from_its_smallest_entry(tmp_path):
     # --fresh: no entry, the error alone
     (line,) = _stopped_at_ray(lb, tmp_path / "searches", "--fresh")
     assert line.startswith("error: cannot join Ray")
+
+
+def test_a_board_without_an_entry_of_the_task_says_where_the_search_starts(tmp_path):
+    """A database of its own (--db) with no entries.json beside it holds no add10 entry: the
+    first line says the search starts from the space's start point, and why."""
+    (tmp_path / "elsewhere").mkdir()
+    first, *rest = _stopped_at_ray(tmp_path / "elsewhere", tmp_path / "searches")
+    assert first == ("starting from the space's start point: the board (its database and the "
+                     "entries.json beside it) holds no add10 entry at 0.99 or above"), first
+    assert rest and rest[-1].startswith("error: cannot join Ray")
 
 
 @pytest.mark.slow

@@ -105,7 +105,7 @@ class _Search:
     space: Any  # spaces.Space
     stored: dict[str, Any]  # a resumed search's search.json ({} for a new one)
     start: dict | None  # the entry it starts from, its verified incumbent (None: none)
-    unused: str | None  # why the board's entry could not be used (the note says so)
+    unused: str | None  # why it starts from the space's start point, not a board entry (the note)
     mlflow_uri: str
     optuna_url: str
     fresh: bool = False  # its folder did not exist: removed again if Ray or MLflow fail

@@ -150,22 +150,24 @@ def board_incumbent(task: str, target: float, find_smallest
     """(verified item, the entry's values, None) of a new search that starts where the board
     stands: from `find_smallest(task, target)` (the leaderboard's, given by the CLI; see
     driver.BoardFinder), the board's smallest entry of the task at the target, as
-    `--from-entry` would start from it; (None, None, None) when the board holds none; and
-    (None, None, the line that says why) when that entry cannot be the incumbent, so the
-    search starts from the space's start point instead of failing."""
+    `--from-entry` would start from it; and (None, None, the line that says why) when the board
+    holds none, cannot be read or its entry cannot be the incumbent, so the search starts from
+    the space's start point (and says so) instead of failing."""
     try:
         found = find_smallest(task, target)
     except ArithsweepError as exc:
-        return None, None, f"the space's start point: the board was not read ({exc})"
+        return None, None, f"from the space's start point: the board was not read ({exc})"
     if found is None:
-        return None, None, None
+        return None, None, (f"from the space's start point: the board (its database and the "
+                            f"entries.json beside it) holds no {task} entry at {target:g} or "
+                            "above")
     what = f"the board's smallest {task} entry {found.get('entry_id')}"
     try:
         item, values = entry_incumbent(str(found.get("entry_id")), task, target,
                                        lambda _ref: found, None, what)
     except ConfigError as exc:
         why = str(exc).removeprefix(f"{what}: ")
-        return None, None, f"the space's start point, not {what} ({why})"
+        return None, None, f"from the space's start point, not {what} ({why})"
     return {**item, "board": True}, values, None
 
 
