@@ -3,7 +3,8 @@
 # its shared norm gain: `--set norm_weight=scalar`), taken on from the search's best model
 # (search-best/: seed 54 of 64 after the search's two rounds, 83.6% held-out) through the 36's
 # Grokfast phase: two packs of 32 members from that one model (each member its own data), then
-# the same phase once more from the better pack's best, and the finishers on that best.
+# the same phase from the better pack's best (g0b), from g0b's best twice more (g0c; g0d at a
+# third of the lr), and the finishers on g0's best.
 #   ./run.sh        # about 12 minutes a pack on one core
 set -e
 cd "$(dirname "$0")"
@@ -17,5 +18,10 @@ for S in 0 32; do
 done
 OMP_NUM_THREADS=1 $A train "${NET[@]}" --seed 64 --init-from g0 "${PHASE[@]}" \
   --out g0b --log g0b.log --json > g0b.json
+# from g0b's best: the same phase (g0c), and at lr 3e-4 -> 3e-5 (g0d)
+OMP_NUM_THREADS=1 $A train "${NET[@]}" --seed 96 --init-from g0b "${PHASE[@]}" \
+  --out g0c --log g0c.log --json > g0c.json
+OMP_NUM_THREADS=1 $A train "${NET[@]}" --seed 96 --init-from g0b "${PHASE[@]}" --set lr=0.0003 \
+  --out g0d --log g0d.log --json > g0d.json
 OMP_NUM_THREADS=1 $A finish g0 --out g0-finished --set finish_rounds=3 --set finish_lr=1e-4 \
   --set finish_cmaes_evals=3000 --json > g0-finished.json
