@@ -4,7 +4,8 @@
 # (search-best/: seed 54 of 64 after the search's two rounds, 83.6% held-out) through the 36's
 # Grokfast phase: two packs of 32 members from that one model (each member its own data), then
 # the same phase from the better pack's best (g0b), from g0b's best twice more (g0c; g0d at a
-# third of the lr), and the finishers on g0's best.
+# third of the lr), from g0d's best twice (g0e at a third, g0f at a tenth of the lr), and the
+# finishers on g0's best.
 #   ./run.sh        # about 12 minutes a pack on one core
 set -e
 cd "$(dirname "$0")"
@@ -23,5 +24,10 @@ OMP_NUM_THREADS=1 $A train "${NET[@]}" --seed 96 --init-from g0b "${PHASE[@]}" \
   --out g0c --log g0c.log --json > g0c.json
 OMP_NUM_THREADS=1 $A train "${NET[@]}" --seed 96 --init-from g0b "${PHASE[@]}" --set lr=0.0003 \
   --out g0d --log g0d.log --json > g0d.json
+# from g0d's best: a third of the lr again (g0e) and a tenth (g0f)
+OMP_NUM_THREADS=1 $A train "${NET[@]}" --seed 128 --init-from g0d "${PHASE[@]}" --set lr=0.0003 \
+  --out g0e --log g0e.log --json > g0e.json
+OMP_NUM_THREADS=1 $A train "${NET[@]}" --seed 128 --init-from g0d "${PHASE[@]}" --set lr=0.0001 \
+  --out g0f --log g0f.log --json > g0f.json
 OMP_NUM_THREADS=1 $A finish g0 --out g0-finished --set finish_rounds=3 --set finish_lr=1e-4 \
   --set finish_cmaes_evals=3000 --json > g0-finished.json
