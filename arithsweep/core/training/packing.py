@@ -103,7 +103,7 @@ def member_view(model: ArithTransformer, off: int, n: int) -> ArithTransformer:
     if off == 0 and n == model.k:
         return model
     dev = next(model.parameters()).device
-    sub = ArithTransformer(model.cfg, k=n, generator=torch.Generator().manual_seed(0)).to(dev)
-    for sp, pp in zip(sub.parameters(), model.parameters(), strict=True):
+    view = ArithTransformer(model.cfg, k=n, generator=torch.Generator().manual_seed(0)).to(dev)
+    for sp, pp in zip(view.parameters(), model.parameters(), strict=True):
         sp.data = pp.data[off:off + n]
-    return sub
+    return view
