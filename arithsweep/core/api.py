@@ -25,6 +25,7 @@ from arithsweep.core.evaluation.confirm import FullCheck
 from arithsweep.core.evaluation.evaluate import greedy_decode
 from arithsweep.core.model.checkpoint import load_checkpoint
 from arithsweep.core.model.model import ModelConfig, count_params, param_breakdown
+from arithsweep.core.training.path import PHASES_DIR, path_state
 from arithsweep.core.training.population import train
 from arithsweep.core.training.resume import STATE_DIR, Checkpointing, RunState, latest_state
 from arithsweep.core.training.train import EvalPoint, TrainResult
@@ -109,19 +110,26 @@ def train_job(
         log = Path(log).absolute()
         job["log"] = str(log)  # a resumed run goes on writing the same curve
         if resume is not None:
-            _cut_log(log, resume.step)
+            _cut_log(log, resume.doc.get("path_step", resume.step))
     ckpt = Checkpointing(out / STATE_DIR, train_cfg.checkpoint_every,
                          train_cfg.checkpoint_seconds, extra=lambda: {"job": job},
                          resume=resume)
     if bar is not None:
         bar.start()
         handle = bar.add_task(f"{task.name} x{train_cfg.seeds} seeds",
-                              total=train_cfg.main_steps, status="")
+                              total=_total_steps(train_cfg), status="")
         if resume is not None:
             bar.update(handle, completed=resume.step)
     try:
-        result = train(task, model_cfg, replace(train_cfg, early_stop=False),
-                       on_eval=on_eval, on_step=on_step, checkpoint=ckpt)
+        if train_cfg.path:  # a frontier recipe's whole path, each phase in out/phases/
+            from arithsweep.core.training.path import train_path
+
+            result = train_path(task, model_cfg, train_cfg, out,
+                                on_eval=lambda _i, _j, p, r: on_eval(p, r), on_step=on_step,
+                                extra=lambda: {"job": job})
+        else:
+            result = train(task, model_cfg, replace(train_cfg, early_stop=False),
+                           on_eval=on_eval, on_step=on_step, checkpoint=ckpt)
     finally:
         if bar is not None:
             bar.stop()
@@ -146,6 +154,8 @@ def train_job(
     # on the full set): the success rate a user needs to reproduce this architecture
     reached_n = sum(1 for e in (last.exact_match if last else []) if e >= train_cfg.target)
     reached_n = max(reached_n, int(final >= train_cfg.target))
+    if train_cfg.path:  # which phase's member the checkpoint holds
+        finished["path_phase"] = result.best_phase
     sha = result.save_best(out, meta={"final_exact_match": final, "final_problems": what,
                                       "seeds_reached": reached_n,
                                       "seeds_trained": train_cfg.seeds,
@@ -177,6 +187,8 @@ def resume_state(out: str | Path) -> RunState:
     if not out.is_dir():
         raise CheckpointError(f"--resume {out}: no such run folder")
     state = latest_state(out / STATE_DIR)
+    if state is None and (out / PHASES_DIR).is_dir():  # a path: its newest phase's state
+        state = path_state(out)
     if state is None:
         raise CheckpointError(f"--resume {out}: no training state in {out / STATE_DIR} "
                               f"(a run writes one every checkpoint_every steps)")
@@ -184,6 +196,14 @@ def resume_state(out: str | Path) -> RunState:
         raise CheckpointError(f"--resume {out}: that state was not written by `arithsweep "
                               f"train` (a search trial resumes with `search --resume`)")
     return state
+
+
+def _total_steps(cfg: TrainConfig) -> int:
+    if cfg.path:
+        from arithsweep.core.training.path import path_steps
+
+        return path_steps(cfg)
+    return cfg.main_steps
 
 
 def resume_job(out: str | Path, progress: bool = True,

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from arithsweep.core.config_base import DictConfig
 from arithsweep.core.config_checks import check_phases, check_stages, check_wd_drops
 from arithsweep.core.errors import ConfigError
+from arithsweep.core.path_checks import check_path
 
 SAMPLINGS = ("uniform", "values", "carry", "mixed", "enriched")
 SAMPLERS = ("hash", "stream")
@@ -122,6 +123,18 @@ class TrainConfig(DictConfig):
     # long cosine, then a low-lr Grokfast phase). E.g. [{steps: 20000, lr: 1.0e-3,
     # schedule: cosine, min_lr_ratio: 0.1, grokfast: true}].
     phases: list | None = None
+    # The whole path of a frontier recipe (core/training/path.py): an ordered list of phases,
+    # each a mapping of this config's fields that differ from the top level in that phase
+    # (steps, lr, min_lr_ratio, cosine_from, warmup, grokfast_*, curriculum, wd_drops, ...)
+    # plus `name`, `moments` (restart: fresh AdamW moments and Grokfast average, as a new
+    # `train --init-from <out>/resume` | keep: carried over), `select` (re-form the pack from
+    # its best k members by held-out exact match, as copies with new data streams) and
+    # `perturb_lr` (with select: the copies' lr factors, PBT's explore). Every member enters a
+    # phase from its own last state (or its parent's best, after select). None = one phase.
+    path: list | None = None
+    # with init_from a run's state folder: also take AdamW's moments and the Grokfast average
+    # from it (a path phase with `moments: keep`), not only the weights
+    init_moments: bool = False
     # Grokfast-EMA gradient filter: g += lambda * EMA_alpha(g), amplifying the slow gradient
     # components that generalise; alpha 0 = off (the 36-p AdderBoard record used 0.98 and 3)
     grokfast_alpha: float = 0.0
@@ -253,6 +266,8 @@ class TrainConfig(DictConfig):
              or self.device.startswith("cuda")), "device", "must be auto, cpu, cuda or cuda:N")
         if self.phases is not None:
             self.phases = check_phases(self.phases)
+        if self.path is not None:
+            self.path = check_path(self.path, self)
         whole("lbfgs_steps", 0)
         whole("lbfgs_pool", 1)
         for f in ("finish_rounds", "finish_cmaes_evals"):

@@ -46,6 +46,7 @@ from arithsweep.core.training.recipe import (
 )
 from arithsweep.core.training.resume import (
     Checkpointing,
+    carry_moments,
     generator_state,
     is_state_dir,
     prefixed,
@@ -131,6 +132,8 @@ class _PackRun:
         self.grokfast = GrokfastEMA(params, c0.grokfast_alpha, c0.grokfast_lambda,
                                     c0.grokfast_start) if c0.grokfast_alpha else None
         self.filtered = grokfast_on(c0, 0)
+        if c0.init_from and c0.init_moments and not resuming:  # a path phase's `moments: keep`
+            carry_moments(self.opt, self.grokfast, c0.init_from)
         self.step, self.elapsed0, self.outside, self.finished = 0, 0.0, 0.0, False
         if resuming:
             self.load(checkpoint.resume.tensors, checkpoint.resume.doc)
@@ -281,6 +284,7 @@ def _evaluate(j: int, cfg: TrainConfig, result: T.TrainResult, step: int, failed
                         best_em=max(live) if live else 0.0, lr=T.lr_at(step - 1, cfg),
                         elapsed=elapsed, examples=result.examples, position_acc=pos_acc)
     result.history.append(point)
+    result.keep_member_bests(em)
     # ties go to the newer weights: at equal held-out accuracy they have trained longer
     if (live and point.best_em >= result.best_em) or not result.best_state:
         i = max(range(n), key=lambda k: -1.0 if math.isnan(em[k]) else em[k])

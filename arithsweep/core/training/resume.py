@@ -160,12 +160,17 @@ def _check_doc(path: Path, doc: dict[str, Any]) -> None:
                               f"the version that started it")
 
 
+# TrainConfig fields added after states were first written, at their defaults: a state
+# written before them lacks the key, and is the same run
+_LATER_FIELDS = {"path": None, "init_moments": False}
+
+
 def comparable(train_dicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Train configs less the fields that only say when states are written, and where the
     run's start was: a state holds the weights it reached, and a search trial's continued
     round finds its start in another temporary folder after a restore."""
-    return [{k: v for k, v in d.items() if not k.startswith("checkpoint_") and k != "init_from"}
-            for d in train_dicts]
+    return [{k: v for k, v in d.items() if not k.startswith("checkpoint_") and k != "init_from"
+             and not (k in _LATER_FIELDS and v == _LATER_FIELDS[k])} for d in train_dicts]
 
 
 def same_run(state: RunState, model_cfg: Any, cfgs: list[Any]) -> bool:
@@ -249,6 +254,28 @@ def start_members_from_state(model: Any, path: str | Path) -> int:
         for n, p in params.items():
             p.copy_(weights[n].to(p.device))
     return state.step
+
+
+@torch.no_grad()
+def carry_moments(opt: Any, grokfast: Any, path: str | Path) -> None:
+    """AdamW's moments and step count, and the Grokfast average where this run filters, from
+    the newest state in `path` (TrainConfig.init_moments: a path phase with `moments: keep`),
+    member i from member i; the decay stays this run's own (its drops are earned again)."""
+    if not is_state_dir(path):
+        raise CheckpointError(f"init_from {path}: init_moments needs a run's state folder "
+                              f"(<out>/resume), not a checkpoint")
+    state = latest_state(path)
+    if state is None:
+        raise CheckpointError(f"init_from {path}: no training state in it")
+    t = sub(state.tensors, "opt.")
+    opt.t.copy_(t["t"])
+    for i, (m, v) in enumerate(zip(opt.m, opt.v)):
+        m.copy_(t[f"m{i}"].to(m.device))
+        v.copy_(t[f"v{i}"].to(v.device))
+    n = sum(1 for k in state.tensors if k.startswith("grokfast."))
+    if grokfast is not None and n:
+        grokfast.ema = [state.tensors[f"grokfast.{i}"].clone().to(opt.t.device)
+                        for i in range(n)]
 
 
 def state_origin(init_from: str | None) -> dict[str, Any]:

@@ -101,6 +101,10 @@ class TrainResult:
     best_em: float = 0.0
     best_step: int = 0
     best_state: dict[str, torch.Tensor] = field(default_factory=dict)  # that member's weights then
+    # per seed, its best held-out exact match so far and its weights then, (n, ...) stacked:
+    # what a path's selection continues (core/training/path.py)
+    member_best: list[float] = field(default_factory=list)
+    member_best_state: dict[str, torch.Tensor] = field(default_factory=dict)
     steps: int = 0
     wall_time: float = 0.0
     examples: int = 0
@@ -126,13 +130,33 @@ class TrainResult:
     def state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         doc = {k: getattr(self, k) for k in self._STATE_FIELDS}
         doc["history"] = [asdict(p) for p in self.history]
-        return {f"best.{k}": v for k, v in self.best_state.items()}, doc
+        doc["member_best"] = list(self.member_best)
+        t = {f"best.{k}": v for k, v in self.best_state.items()}
+        t.update({f"mbest.{k}": v for k, v in self.member_best_state.items()})
+        return t, doc
 
     def load(self, tensors: dict[str, torch.Tensor], doc: dict[str, Any]) -> None:
         for k in self._STATE_FIELDS:
             setattr(self, k, doc[k])
         self.history = [EvalPoint(**p) for p in doc["history"]]
         self.best_state = sub(tensors, "best.")
+        # states written before per-member bests were kept have neither
+        self.member_best = list(doc.get("member_best") or [])
+        self.member_best_state = sub(tensors, "mbest.")
+
+    @torch.no_grad()
+    def keep_member_bests(self, em: list[float]) -> None:
+        """After an evaluation (`em` per seed, nan for failed ones): each seed whose held-out
+        exact match is at its best so far keeps its weights (ties go to the newer ones)."""
+        params = dict(self.model.named_parameters())  # (n, ...) views of the pack's
+        if not self.member_best:
+            self.member_best = [-1.0] * len(em)
+            self.member_best_state = {k: p.detach().clone() for k, p in params.items()}
+        for i, e in enumerate(em):
+            if e == e and e >= self.member_best[i]:
+                self.member_best[i] = float(e)
+                for k, p in params.items():
+                    self.member_best_state[k][i].copy_(p[i])
 
     def best_model(self) -> ArithTransformer:
         """The best member as a k=1 model, at its best evaluation."""

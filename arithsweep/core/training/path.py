@@ -1,0 +1,232 @@
+"""A frontier recipe's whole path in one call: its phases, selection between them, in order.
+
+`TrainConfig.path` (checked by core/path_checks.py) lists the phases. Phase i trains the pack
+as `train_population` would with that phase's own config (the top level with the phase's
+fields), and its states live in `<out>/phases/<i>-<name>/resume`:
+
+- a phase without `select` starts every member from its own last weights in the phase
+  before (exactly `train --init-from <out>/resume` with the phase's fields: the same weights
+  as the chained commands it replaces, a test holds it), its moments fresh or, with
+  `moments: keep`, carried over (`init_moments`);
+- a phase with `select: k` first re-forms the pack: the k members with the best held-out
+  exact match of the phase before (the evaluation set training already selects on, never a
+  verification problem) are continued as copies of their best weights, member m a copy of
+  the (m mod k)-th best, with new data streams (seeds after every earlier phase's), and with
+  `perturb_lr` the copies in groups at those lr factors: PBT's exploit and explore inside
+  one pack. The selected start is written to the phase's `start/` folder before it trains.
+
+A killed path resumes mid-phase: finished phases return their results from their last state
+without training, the interrupted one continues from its own. A phase that reaches the target
+(its caller's `on_eval` stops it) ends the path.
+
+Lambda is not perturbed: the Grokfast filter is one for the whole pack (`GrokfastEMA`), and a
+per-member lambda would change its arithmetic for every run.
+
+    from arithsweep.core.training.path import train_path
+    result = train_path(task, model_cfg, TrainConfig(seeds=8, path=[{}, {"steps": 500,
+                        "lr": 1e-3, "select": 2}]), Path("runs/p").absolute())
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import arithsweep.core.training.train as T
+from arithsweep.core.config import TrainConfig
+from arithsweep.core.data.tasks import Task
+from arithsweep.core.model.model import ModelConfig
+from arithsweep.core.path_checks import phase_fields
+from arithsweep.core.training.population import train_population
+from arithsweep.core.training.resume import (
+    STATE_DIR,
+    Checkpointing,
+    RunState,
+    latest_state,
+    prefixed,
+    write_state,
+)
+
+PHASES_DIR = "phases"  # <out>/phases/<i>-<name>/{resume,start}
+START_DIR = "start"
+REACHED = "stopped by caller"  # a phase its caller stopped: the target was reached
+
+PathEval = Callable[[int, int, "T.EvalPoint", "T.TrainResult"], bool | None]
+
+
+def phase_dir(out: Path, cfg: TrainConfig, i: int) -> Path:
+    return out / PHASES_DIR / f"{i}-{cfg.path[i]['name']}"
+
+
+def phase_configs(cfg: TrainConfig, i: int, start: Path | None) -> list[TrainConfig]:
+    """Phase i's proposals (one, or one per perturb_lr factor), `start` its members' start
+    (the phase before's state folder, or the selection's)."""
+    ph = cfg.path[i]
+    fields = phase_fields(ph)
+    top = {k: v for k, v in cfg.to_dict().items() if k != "path"}
+    c = TrainConfig.from_dict({**top, **fields, "path": None})
+    if i == 0:
+        return [c]
+    c = replace(c, init_from=str(start), init_moments=ph["moments"] == "keep")
+    if not ph["select"]:
+        return [c]
+    # new data streams: seeds after every earlier phase's, unless the phase names its own
+    seed = c.seed if "seed" in fields else cfg.seed + i * cfg.seeds
+    factors = ph["perturb_lr"] or [1.0]
+    n = cfg.seeds // len(factors)
+    return [replace(c, seed=seed + j * n, seeds=n, lr=c.lr * f) for j, f in enumerate(factors)]
+
+
+def selected(results: list[T.TrainResult], k: int) -> list[int]:
+    """The k members (indices into the pack, proposals in order) with the best held-out
+    exact match over the phase, best first; ties to the lower index."""
+    best = [e for r in results for e in (r.member_best or [-1.0] * r.train_cfg.seeds)]
+    order = sorted(range(len(best)), key=lambda m: (-(best[m] if best[m] == best[m] else -1), m))
+    return order[:k]
+
+
+def write_selection(d: Path, model_cfg: ModelConfig, results: list[T.TrainResult], k: int,
+                    seeds: int) -> list[int]:
+    """The selection's start state in `d`: member m of the new pack is a copy of the
+    (m mod k)-th best member's best weights. Returns the parents, member by member."""
+    top = selected(results, k)
+    stacked: dict[str, list[torch.Tensor]] = {}
+    for r in results:
+        states = r.member_best_state or {n: p.detach() for n, p in r.model.named_parameters()}
+        for name, t in states.items():
+            stacked.setdefault(name, []).append(t)
+    pack = {name: torch.cat(ts, 0) for name, ts in stacked.items()}  # (K_before, ...)
+    parents = [top[m % len(top)] for m in range(seeds)]
+    idx = torch.tensor(parents)
+    tensors = prefixed({name: t[idx].clone() for name, t in pack.items()}, "model.")
+    bests = [e for r in results for e in (r.member_best or [-1.0] * r.train_cfg.seeds)]
+    write_state(d, 0, tensors, {"model": model_cfg.to_dict(), "finished": True,
+                                "selected": top, "selected_em": [bests[m] for m in top],
+                                "parents": parents})
+    return parents
+
+
+def train_path(task: Task, model_cfg: ModelConfig, cfg: TrainConfig, out: Path,
+               on_eval: PathEval | None = None,
+               on_step: Callable[[int, int], None] | None = None,
+               extra: Callable[[], dict[str, Any]] | None = None) -> T.TrainResult:
+    """Run every phase of `cfg.path` into `out` (absolute), resuming whatever states are
+    there; one TrainResult for the whole path (`merge`). `on_eval(phase, j, point, result)`
+    may return True to stop (the target reached), which ends the path; `on_step(step, total)`
+    counts steps over the whole path."""
+    out = Path(out).absolute()
+    total = path_steps(cfg)
+    done_steps, phases = 0, []
+    start: Path | None = None
+    for i in range(len(cfg.path)):
+        d = phase_dir(out, cfg, i)
+        ph = cfg.path[i]
+        if i and ph["select"] and latest_state(d / START_DIR) is None:
+            write_selection(d / START_DIR, model_cfg, phases[-1], ph["select"], cfg.seeds)
+        if i and ph["select"]:
+            start = d / START_DIR
+        cfgs = [replace(c, early_stop=False) for c in phase_configs(cfg, i, start)]
+        ckpt = Checkpointing(d / STATE_DIR, cfg.checkpoint_every, cfg.checkpoint_seconds,
+                             extra=extra, resume=latest_state(d / STATE_DIR))
+        offset = done_steps
+        results = train_population(
+            task, model_cfg, cfgs, checkpoint=ckpt,
+            on_eval=None if on_eval is None else (
+                lambda j, p, r, i=i, o=offset: on_eval(i, j, replace(p, step=o + p.step), r)),
+            on_step=None if on_step is None else (
+                lambda s, _t, o=offset: on_step(o + s, total)))
+        phases.append(results)
+        done_steps += max(r.steps for r in results)
+        start = d / STATE_DIR
+        if any(r.stop_reason == REACHED for r in results):
+            break
+    return merge(cfg, phases)
+
+
+def path_steps(cfg: TrainConfig) -> int:
+    """Every phase's steps (polish included), in all."""
+    return sum(c.main_steps + c.polish_steps
+               for i in range(len(cfg.path)) for c in phase_configs(cfg, i, Path("."))[:1])
+
+
+def merge(cfg: TrainConfig, phases: list[list[T.TrainResult]]) -> T.TrainResult:
+    """One TrainResult for the path: its best member over every phase (a later phase wins
+    ties), the curves one after another on the path's steps, the last phase's pack, members
+    and per-member bests, and the time and examples of all of them."""
+    last = phases[-1]
+    r0 = last[0]
+    out = T.TrainResult(task=r0.task, model_cfg=r0.model_cfg, train_cfg=cfg, model=r0.model,
+                        params=r0.params, device=r0.device, eval_size=r0.eval_size,
+                        layout=r0.layout, layout_why=r0.layout_why, step_mode=r0.step_mode)
+    offset = 0
+    best_phase = 0
+    for i, results in enumerate(phases):
+        for j, r in enumerate(results):
+            before = sum(x.train_cfg.seeds for x in results[:j])
+            if r.best_state and r.best_em >= out.best_em:
+                out.best_em, out.best_state = r.best_em, r.best_state
+                out.best_seed, out.best_step = before + r.best_seed, offset + r.best_step
+                best_phase = i
+        out.history += _joined(results, offset)
+        out.wall_time += max(r.wall_time for r in results)
+        out.train_seconds += max(r.train_seconds for r in results)
+        out.examples += sum(r.examples for r in results)
+        offset += max(r.steps for r in results)
+    out.steps = offset
+    out.failed = [f for r in last for f in r.failed]
+    out.member_best = [e for r in last for e in (r.member_best or [-1.0] * r.train_cfg.seeds)]
+    if all(r.member_best_state for r in last):
+        out.member_best_state = {n: torch.cat([r.member_best_state[n] for r in last], 0)
+                                 for n in r0.member_best_state}
+    out.stop_reason = next((r.stop_reason for r in last if r.stop_reason == REACHED),
+                           r0.stop_reason)
+    out.stopped_early = any(r.stopped_early for r in last)
+    out.best_phase = cfg.path[best_phase]["name"]  # type: ignore[attr-defined]
+    return out
+
+
+def _joined(results: list[T.TrainResult], offset: int) -> list[T.EvalPoint]:
+    """A phase's evaluations with its proposals' seeds side by side (a stopped proposal's
+    members read nan), on the path's steps."""
+    steps = sorted({p.step for r in results for p in r.history})
+    rows = []
+    for s in steps:
+        em, loss, acc, pts = [], [], [], []
+        for r in results:
+            p = next((q for q in r.history if q.step == s), None)
+            n = r.train_cfg.seeds
+            em += p.exact_match if p else [math.nan] * n
+            loss += p.loss if p else [math.nan] * n
+            acc += p.position_acc if p else [[] for _ in range(n)]
+            if p:
+                pts.append(p)
+        live = [e for e in em if e == e]
+        rows.append(T.EvalPoint(step=offset + s, exact_match=em, loss=loss,
+                                best_em=max(live) if live else 0.0, lr=pts[0].lr,
+                                elapsed=max(p.elapsed for p in pts),
+                                examples=sum(p.examples for p in pts), position_acc=acc))
+    return rows
+
+
+def path_state(out: Path) -> RunState | None:
+    """The newest state of the path run in `out` (what `train --resume` continues), its doc's
+    "path_step" the step on the whole path; None if no phase has written one."""
+    dirs = sorted((d for d in (Path(out) / PHASES_DIR).iterdir()
+                   if d.is_dir() and d.name.split("-", 1)[0].isdigit()),
+                  key=lambda d: int(d.name.split("-", 1)[0]))
+    found, before = None, 0
+    for d in dirs:
+        state = latest_state(d / STATE_DIR)
+        if state is None:
+            break
+        if found is not None:
+            before += max(int(r["steps"]) for r in found.doc["results"])
+        found = state
+    if found is not None:
+        found.doc["path_step"] = before + found.step
+    return found
