@@ -140,3 +140,36 @@ def test_old_configs_still_load():
     old["phases"] = [{"steps": 10, "lr": 1e-3, "grokfast": True}]
     cfg = TrainConfig.from_dict(old)
     assert cfg.path is None and cfg.phases[0]["grokfast"] is True
+
+
+def test_a_search_trial_runs_its_path_and_a_restored_one_goes_on_mid_phase(monkeypatch,
+                                                                            tmp_path):
+    """A trial whose config has a path trains all of it, selection included, every Tune
+    checkpoint carrying the phases' states; restored from a checkpoint inside the second
+    phase, it ends on the same weights as the trial that was never stopped."""
+    pytest.importorskip("ray")
+    from test_continue_round import _Restored
+    from test_finishers import _fake_tune, _trial_setup
+
+    from arithsweep.search import trainable
+
+    path = [{"name": "a"}, {"name": "b", "steps": 200, "lr": 2e-3, "select": 2}]
+    # target 1.0, no rounds after the path: where the trial ends does not depend on floats
+    over = {"steps": 200, "eval_every": 100, "seeds": 4, "finish_rounds": 0, "target": 1.0,
+            "checkpoint_every": 100, "path": path}
+    fake = _fake_tune(monkeypatch, tmp_path / "whole")
+    (tmp_path / "whole").mkdir()
+    trainable.TrialRunner([_trial_setup(**over)], {"extra_rounds": 0}, {}).run()
+    steps = [r["step"] for r in fake.rows if "em" in r]
+    # (a phase's last evaluation is reported again with the state its end writes)
+    assert sorted(set(steps)) == [100, 200, 300, 400] and fake.rows[-1]["done"] == 1
+    mid = next(ck for ck, row in fake.checkpoints if row["step"] == 300)
+    assert (mid / "state/path/phases/1-b/start").is_dir()
+    final = _weights(fake.checkpoints[-1][0] / "state/path/phases/1-b/resume")
+
+    again = _fake_tune(monkeypatch, tmp_path / "again")
+    (tmp_path / "again").mkdir()
+    monkeypatch.setattr(again, "get_checkpoint", lambda: _Restored(mid))
+    trainable.TrialRunner([_trial_setup(**over)], {"extra_rounds": 0}, {}).run()
+    assert [r["step"] for r in again.rows if "em" in r][:1] == [400]
+    _same(_weights(again.checkpoints[-1][0] / "state/path/phases/1-b/resume"), final)

@@ -70,6 +70,11 @@ def next_round(cfg: Any, best_index: int, start: Path | None = None,
     one ended at, curriculum and warmup off, its weight decay where its held drops had taken
     it (wd_drops_hold: the start passed them; a full decay would pull every weight of a
     finished model for the evaluation it takes to drop again)."""
+    if cfg.path:  # a path's near miss continues from its last phase's schedule
+        from arithsweep.core.training.path import phase_configs
+
+        cfg = replace(phase_configs(cfg, len(cfg.path) - 1, Path("."))[0],
+                      near_miss_round="continue", init_from=None, init_moments=False)
     if cfg.near_miss_round == "continue":
         if start is None:
             raise ConfigError("near_miss_round=continue: no checkpoint to continue from")
@@ -82,7 +87,7 @@ def next_round(cfg: Any, best_index: int, start: Path | None = None,
                        seeds=min(cfg.seeds, CONTINUE_SEEDS),
                        lr=cfg.lr * cfg.min_lr_ratio * CONTINUE_LR_SHARE, weight_decay=wd,
                        warmup=0, curriculum=None, curriculum_steps=0, curriculum_stages=0,
-                       restart_steps=0, phases=None)
+                       restart_steps=0, phases=None, path=None)
     return replace(cfg, seed=cfg.seed + int(best_index), seeds=1, steps=2 * cfg.steps,
                    restart_steps=2 * cfg.restart_steps)
 
@@ -140,6 +145,7 @@ class Proposal:
         self.elapsed = float(saved.get("elapsed", 0.0))  # the last round's wall time
         self.finished: dict[str, Any] = dict(saved.get("finished") or {})  # finished_by
         self.done = bool(saved.get("done"))  # its rounds and finishers are over
+        self.phase = int(saved.get("phase", 0))  # the path phase its plateau counts (a path's)
         self.result: Any = None  # the TrainResult its checkpoints' best model comes from
         self.best_round: Any = None  # the round whose best member the finishers get
         self.tried: Any = None  # the round the finishers last ran on
@@ -151,10 +157,14 @@ class Proposal:
                 "seeds_reached": self.seeds_reached, "reason": self.reason,
                 "plateau": vars(self.plateau), "stop_reason": self.stop_reason,
                 "last_seed": self.last_seed, "elapsed": self.elapsed,
-                "finished": self.finished, "done": self.done, "seeds_of": self.seeds_of}
+                "finished": self.finished, "done": self.done, "seeds_of": self.seeds_of,
+                "phase": self.phase}
 
-    def evaluate(self, point: Any, result: Any) -> tuple[dict[str, Any], bool, bool]:
-        """One evaluation: (its row, stop this round?, did the running best improve?)."""
+    def evaluate(self, point: Any, result: Any, phase_cfg: Any = None,
+                 plateau: bool = True) -> tuple[dict[str, Any], bool, bool]:
+        """One evaluation: (its row, stop this round?, did the running best improve?).
+        Inside a path (`phase_cfg`: the phase's own config) the plateau rule reads the phase's
+        lr, and runs only where `plateau` (the last phase: earlier ones end by their steps)."""
         self.result = result
         best = max(float(result.best_em), 0.0)
         row = metrics(point, result, max(best, self.best), self.step0)
@@ -162,8 +172,8 @@ class Proposal:
         if self.check.held_out_reached(result) and self.check.passes(result):
             self.reason, stop = REACHED, True
             row["full_em"] = self.check.value(result)
-        elif self.plateau.update(point.best_em, row["loss"], digit_accuracy(point),
-                                 lr_share(point, self.setup.train_cfg)):
+        elif plateau and self.plateau.update(point.best_em, row["loss"], digit_accuracy(point),
+                                             lr_share(point, phase_cfg or self.setup.train_cfg)):
             self.reason, stop = "plateau", True
         improved = best > self.best
         self.best = max(self.best, best)
@@ -200,7 +210,8 @@ class Proposal:
         # kept whatever the next round does (a retrained seed can lose its lottery, a
         # continued one fall back), and a continued round's start
         self.best_round.save_best(self.rounds_best)
-        start = self.rounds_best if self.cfg.near_miss_round == "continue" else None
+        start = (self.rounds_best if self.cfg.near_miss_round == "continue" or self.cfg.path
+                 else None)
         self.cfg = next_round(self.cfg, self.last_seed, start, float(self.best_round.best_em))
         self.round += 1
         self.plateau = Plateau(patience_for(self.const, self.cfg))

@@ -95,7 +95,11 @@ class TrialRunner:
         group = self.busy or [j for j, p in enumerate(self.proposals) if not p.done]
         first = True
         while group:
-            results = self._train(group, resume=first)
+            # a path's proposals (all or none: a path is part of the pack key) train it as
+            # their first round; a near miss's later rounds continue its best (rounds.next_round)
+            path = all(self.proposals[j].cfg.path and self.proposals[j].round == 0
+                       for j in group)
+            results = self._train_path(group) if path else self._train(group, resume=first)
             for j, result in zip(group, results):
                 self.proposals[j].end_round(result, rounds, near, self._finish)
             # a near miss's next rounds: alone, one proposal after another
@@ -121,37 +125,75 @@ class TrialRunner:
         self.ts.flush()
         return results
 
+    def _train_path(self, group: list[int]) -> list[Any]:
+        """The proposals' paths (core.training.path), every phase one pack, its states in
+        the trial's state folder (so every Tune checkpoint carries them, and a restored trial
+        continues mid-phase). The plateau rule runs in the last phase only; inside earlier
+        ones a plateau could only end a phase that its steps end anyway."""
+        from arithsweep.core.training.path import PATH_STATES, phase_configs, train_paths
+        from arithsweep.core.training.resume import latest_state
+        from arithsweep.search.plateau import Plateau, patience_for
+
+        self.busy = group
+        cfgs = [self.proposals[j].cfg for j in group]
+        setup = self.proposals[group[0]].setup
+        last = len(cfgs[0].path) - 1
+
+        def ckpt_for(d):
+            ckpt = self.ts.checkpointing(cfgs[0], self._saved, resume=False)
+            ckpt.dir, ckpt.resume = d, latest_state(d)
+            return ckpt
+
+        def on_eval(i: int, jj: int, point: Any, result: Any) -> bool | str:
+            j = group[jj]
+            p = self.proposals[j]
+            phase_cfg = phase_configs(p.cfg, i, None)[0]
+            if p.phase != i:  # a new phase: its own patience, counted afresh
+                p.phase = i
+                p.plateau = Plateau(patience_for(self.const, phase_cfg))
+            stop = self._on_eval(j, point, result, phase_cfg, plateau=i == last)
+            return stop if not stop or p.reason == REACHED else "phase"
+
+        results = train_paths(setup.task, setup.model_cfg, cfgs,
+                              self.ts.dir / STATE / PATH_STATES, on_eval, self.ts.on_step,
+                              ckpt_for)
+        self.ts.flush()
+        return results
+
     def _saved(self) -> dict[str, Any]:
         """The trial's own state, saved with every training state (JSON)."""
         return {"proposals": [p.saved() for p in self.proposals], "busy": self.busy}
 
-    def _on_eval(self, j: int, point: Any, result: Any) -> bool:
+    def _on_eval(self, j: int, point: Any, result: Any, phase_cfg: Any = None,
+                 plateau: bool = True) -> bool:
         if j in self.rows:  # a new evaluation began before the last one was reported
             self.ts.flush()
-        self.rows[j], stop, improved = self.proposals[j].evaluate(point, result)
+        self.rows[j], stop, improved = self.proposals[j].evaluate(point, result, phase_cfg,
+                                                                  plateau)
         self.ts.improved |= improved
         return stop
 
     def _finish(self, p: Proposal) -> dict[str, Any]:
-        """The near-miss finishers (TrainConfig finish_*, core/training/finish.py) on `p`'s best
-        member, when it ended below the target at finish.FINISH_FLOOR or above. If one takes
-        it over the line (the same full check as its evaluations), the finished model goes to
-        Tune in one more checkpoint and the proposal has reached the target. Returns
-        {"finished_by": ...} for its last row when its fields turn them on, else {}."""
-        from arithsweep.core.training.finish import FINISH_FLOOR, finish_best, finishers_on
+        """The near-miss finishers (TrainConfig finish_*, core/training/finish.py) on every
+        member of `p`'s best round from finish.member_floor (95% of the target) up, best
+        first, when it ended below the target. If one takes a member over the line (the same
+        full check as its evaluations), the finished model goes to Tune in one more
+        checkpoint and the proposal has reached the target. Returns {"finished_by": ...,
+        "finished_members": n} for its last row when its fields turn them on, else {}."""
+        from arithsweep.core.training.finish import finish_members, finishers_on, member_floor
 
         result = p.result
         if result is None or not finishers_on(result.train_cfg):
             return {}
-        if not gets_finishers(p.reason == REACHED, p.best, FINISH_FLOOR):
+        if not gets_finishers(p.reason == REACHED, p.best, member_floor(p.target)):
             return {"finished_by": None}
-        done = finish_best(result, p.check)
+        done = finish_members(result, p.check)
         if done["finished_by"] is not None:
             self.rows[self.proposals.index(p)] = p.mark_finished(result, done["finished_by"])
             # a replayed finished round writes no state: the checkpoint then holds best/ alone
             (self.ts.dir / STATE).mkdir(parents=True, exist_ok=True)
             self.ts.flush(with_state=True)
-        return {"finished_by": done["finished_by"]}
+        return {"finished_by": done["finished_by"], "finished_members": len(done["members"])}
 
     def _shared(self, extra: dict[str, Any]) -> dict[str, Any]:
         """A pack row's shared keys plus every proposal's running best (readers need it in

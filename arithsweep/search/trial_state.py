@@ -30,6 +30,7 @@ from typing import Any
 from ray import tune
 
 from arithsweep.core.errors import ArithsweepError
+from arithsweep.core.training.path import PATH_STATES, PHASES_DIR, path_state
 from arithsweep.core.training.resume import (
     Checkpointing,
     RunState,
@@ -53,12 +54,26 @@ def restored_state(ckpt: Path) -> RunState | None:
     that folder is gone, the newest state among its trial's checkpoints. Tune keeps one
     checkpoint (num_to_keep=1) and its experiment snapshot may name one it has since replaced
     when the driver is killed between the two; the newer one is the trial's own later state."""
-    state = latest_state(ckpt / STATE) if ckpt.is_dir() else None
+    state = _state_in(ckpt / STATE) if ckpt.is_dir() else None
     if state is not None:
         return state
-    found = [s for s in (latest_state(d / STATE) for d in ckpt.parent.glob("checkpoint_*"))
+    found = [s for s in (_state_in(d / STATE) for d in ckpt.parent.glob("checkpoint_*"))
              if s is not None]
     return max(found, key=lambda s: s.step, default=None)
+
+
+def _state_in(folder: Path) -> RunState | None:
+    """A trial checkpoint's state: its own, or a path trial's newest phase state (its
+    phases live in the state folder's PATH_STATES, core/training/path.py)."""
+    state = latest_state(folder)
+    if state is None and (folder / PATH_STATES / PHASES_DIR).is_dir():
+        state = path_state(folder / PATH_STATES)
+    return state
+
+
+def _state_root(state: RunState) -> Path:
+    """The state folder (STATE) a restored state was found in, however deep (a path's)."""
+    return next((p for p in state.path.parents if p.name == STATE), state.path.parent)
 
 
 class TrialState:
@@ -87,7 +102,7 @@ class TrialState:
                 if os.path.isdir(os.path.dirname(ckpt.path)):  # local storage
                     return self._take_rounds_best(restored_state(Path(ckpt.path)))
                 with ckpt.as_directory() as d:
-                    return self._take_rounds_best(latest_state(Path(d) / STATE))
+                    return self._take_rounds_best(_state_in(Path(d) / STATE))
             src = config.get(RESUME_FROM)
             return self._take_rounds_best(restored_state(Path(src))) if src else None
         except (ArithsweepError, OSError):  # another version's state: train from step 0
@@ -96,9 +111,13 @@ class TrialState:
     def _take_rounds_best(self, state: RunState | None) -> RunState | None:
         """Copy the restored state's rounds-best model (if any) into this trial's own folder:
         Tune may delete the checkpoint it came from once this trial writes a newer one."""
-        src = state.path.parent / ROUNDS_BEST if state is not None else None
+        root = _state_root(state) if state is not None else None
+        src = root / ROUNDS_BEST if root is not None else None
         if src is not None and src.is_dir():
             shutil.copytree(src, self.rounds_best, dirs_exist_ok=True)
+        if root is not None and (root / PATH_STATES).is_dir():  # a path's phases go on here
+            shutil.copytree(root / PATH_STATES, self.dir / STATE / PATH_STATES,
+                            dirs_exist_ok=True)
         return state
 
     def rounds_best_em(self, path: Path | None = None) -> float:

@@ -305,3 +305,39 @@ def _cmaes(model: ArithTransformer, task: Task, cfg: TrainConfig, pool, held: Ev
         model.load_member_state(0, cand.member_state(0))
         rec.update(held_out_after=after, kept=True)
     return rec
+
+
+def member_floor(target: float) -> float:
+    """The held-out exact match from which a member gets the finishers: FINISH_FLOOR of the
+    target (94.05% at 0.99)."""
+    return FINISH_FLOOR * target
+
+
+def finish_members(result: Any, check: Any) -> dict[str, Any]:
+    """The finishers on every member of a `TrainResult` whose best held-out exact match is
+    `member_floor` or more (its best weights, `member_best_state`), best first, until one
+    passes `check`; a run without per-member bests gets `finish_best`. The member that
+    passes (or, if none does, the best one's finished weights where they were kept) becomes
+    the result's best. Returns `finish_best`'s keys plus "members": the members finished."""
+    floor = member_floor(float(result.train_cfg.target))
+    bests = result.member_best
+    if not bests or not result.member_best_state:
+        return {**finish_best(result, check), "members": [result.best_seed]}
+    order = sorted((i for i, e in enumerate(bests) if e == e and e >= floor),
+                   key=lambda i: (-bests[i], i))
+    if not order:  # the best member only, as before: the gate is the caller's
+        order = [result.best_seed]
+    records, tried = [], []
+    for i in order:
+        state = {k: v[i] for k, v in result.member_best_state.items()}
+        done = finish(result.task, result.model_cfg, result.train_cfg, state,
+                      lambda m: check.score(m) >= check.target)
+        tried.append(i)
+        records += [{**r, "member": i} for r in done.records]
+        if done.finished_by is not None or (i == order[0] and done.state is not state):
+            result.best_state, result.best_em, result.best_seed = (
+                done.state, done.held_out, i)
+            check.checked.pop(result.best_step, None)
+        if done.finished_by is not None:
+            return {"finished_by": done.finished_by, "finishers": records, "members": tried}
+    return {"finished_by": None, "finishers": records, "members": tried}

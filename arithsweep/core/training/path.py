@@ -29,6 +29,7 @@ per-member lambda would change its arithmetic for every run.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from dataclasses import replace
@@ -53,8 +54,9 @@ from arithsweep.core.training.resume import (
 )
 
 PHASES_DIR = "phases"  # <out>/phases/<i>-<name>/{resume,start}
+PATH_STATES = "path"  # a search trial's paths, in its state folder (search/trainable.py)
 START_DIR = "start"
-REACHED = "stopped by caller"  # a phase its caller stopped: the target was reached
+ENDED = "ended.json"  # the proposals whose path ended in a phase (their caller's stop)
 
 PathEval = Callable[[int, int, "T.EvalPoint", "T.TrainResult"], bool | None]
 
@@ -119,33 +121,69 @@ def train_path(task: Task, model_cfg: ModelConfig, cfg: TrainConfig, out: Path,
     there; one TrainResult for the whole path (`merge`). `on_eval(phase, j, point, result)`
     may return True to stop (the target reached), which ends the path; `on_step(step, total)`
     counts steps over the whole path."""
+    def ckpt_for(d: Path) -> Checkpointing:
+        return Checkpointing(d, cfg.checkpoint_every, cfg.checkpoint_seconds, extra=extra,
+                             resume=latest_state(d))
+
+    return train_paths(task, model_cfg, [cfg], out, on_eval, on_step, ckpt_for)[0]
+
+
+def train_paths(task: Task, model_cfg: ModelConfig, cfgs: list[TrainConfig], out: Path,
+                on_eval: PathEval | None, on_step: Callable[[int, int], None] | None,
+                ckpt_for: Callable[[Path], Checkpointing]) -> list[T.TrainResult]:
+    """The paths of several proposals of one shape (a search trial's pack; their paths are
+    the same but for per-member fields), each phase one pack of every proposal whose path has
+    not ended; one merged TrainResult per proposal. `ckpt_for(state_dir)`: the phase's
+    Checkpointing (the caller's cadence and hooks, the state there to resume). `on_eval`'s
+    j is the proposal; it may return True (that proposal's path ends: the target), or
+    "phase" (its phase ends, its path goes on)."""
     out = Path(out).absolute()
-    total = path_steps(cfg)
-    done_steps, phases = 0, []
-    start: Path | None = None
-    for i in range(len(cfg.path)):
-        d = phase_dir(out, cfg, i)
-        ph = cfg.path[i]
-        if i and ph["select"] and latest_state(d / START_DIR) is None:
-            write_selection(d / START_DIR, model_cfg, phases[-1], ph["select"], cfg.seeds)
-        if i and ph["select"]:
-            start = d / START_DIR
-        cfgs = [replace(c, early_stop=False) for c in phase_configs(cfg, i, start)]
-        ckpt = Checkpointing(d / STATE_DIR, cfg.checkpoint_every, cfg.checkpoint_seconds,
-                             extra=extra, resume=latest_state(d / STATE_DIR))
-        offset = done_steps
+    path = cfgs[0].path
+    total = path_steps(cfgs[0])
+    done_steps = 0
+    phases: list[list[list[T.TrainResult]]] = [[] for _ in cfgs]  # [proposal][phase][group]
+    starts: list[Path | None] = [None] * len(cfgs)
+    going = list(range(len(cfgs)))  # proposals whose path goes on
+    for i in range(len(path)):
+        d = phase_dir(out, cfgs[0], i)
+        groups: list[tuple[int, TrainConfig]] = []
+        for j in going:
+            if i and path[i]["select"]:
+                sd = d / START_DIR / (f"p{j}" if len(cfgs) > 1 else "")
+                if latest_state(sd) is None:
+                    write_selection(sd, model_cfg, phases[j][-1], path[i]["select"],
+                                    cfgs[j].seeds)
+                starts[j] = sd
+            groups += [(j, replace(c, early_stop=False))
+                       for c in phase_configs(cfgs[j], i, starts[j])]
+        # whose path ended in this phase, written when it ends (before the state that
+        # follows): a resumed finished phase calls no on_eval, and its results say only
+        # "stopped by caller", whether the path ended or only the phase
+        mark = d / ENDED
+        ended: set[int] = set(json.loads(mark.read_text())) if mark.is_file() else set()
+
+        def phase_eval(g: int, p: T.EvalPoint, r: T.TrainResult, i=i, o=done_steps,
+                       groups=groups, ended=ended, mark=mark) -> bool:
+            said = on_eval(i, groups[g][0], replace(p, step=o + p.step), r)
+            if said and said != "phase" and groups[g][0] not in ended:
+                ended.add(groups[g][0])
+                mark.parent.mkdir(parents=True, exist_ok=True)
+                mark.write_text(json.dumps(sorted(ended)))
+            return bool(said)
+
         results = train_population(
-            task, model_cfg, cfgs, checkpoint=ckpt,
-            on_eval=None if on_eval is None else (
-                lambda j, p, r, i=i, o=offset: on_eval(i, j, replace(p, step=o + p.step), r)),
+            task, model_cfg, [c for _, c in groups], checkpoint=ckpt_for(d / STATE_DIR),
+            on_eval=None if on_eval is None else phase_eval,
             on_step=None if on_step is None else (
-                lambda s, _t, o=offset: on_step(o + s, total)))
-        phases.append(results)
+                lambda s, _t, o=done_steps: on_step(o + s, total)))
+        for j in going:
+            phases[j].append([r for (jj, _), r in zip(groups, results) if jj == j])
+            starts[j] = d / STATE_DIR
         done_steps += max(r.steps for r in results)
-        start = d / STATE_DIR
-        if any(r.stop_reason == REACHED for r in results):
+        going = [j for j in going if j not in ended]
+        if not going:
             break
-    return merge(cfg, phases)
+    return [merge(c, ph) for c, ph in zip(cfgs, phases)]
 
 
 def path_steps(cfg: TrainConfig) -> int:
@@ -183,8 +221,7 @@ def merge(cfg: TrainConfig, phases: list[list[T.TrainResult]]) -> T.TrainResult:
     if all(r.member_best_state for r in last):
         out.member_best_state = {n: torch.cat([r.member_best_state[n] for r in last], 0)
                                  for n in r0.member_best_state}
-    out.stop_reason = next((r.stop_reason for r in last if r.stop_reason == REACHED),
-                           r0.stop_reason)
+    out.stop_reason = next((r.stop_reason for r in last if r.stopped_early), r0.stop_reason)
     out.stopped_early = any(r.stopped_early for r in last)
     out.best_phase = cfg.path[best_phase]["name"]  # type: ignore[attr-defined]
     return out
