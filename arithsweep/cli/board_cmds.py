@@ -35,7 +35,7 @@ def _open(db: str | None, create: bool):
 
 
 def verify(
-    checkpoint: Path = typer.Argument(None, help="checkpoint directory (safetensors + config.json); with --published, the folder `arithsweep publish` wrote (default: leaderboard, as publish's --dir)"),
+    checkpoint: Path = typer.Argument(None, help="checkpoint directory (safetensors + config.json) or a leaderboard entry (id, sha256 prefix or published folder name: the local database's, else entries.json's); with --published, the folder `arithsweep publish` wrote (default: leaderboard, as publish's --dir)"),
     target: float = typer.Option(None, "--target", help=f"exact match needed to qualify, in (0, 1] (default {TARGET:g}, or the target a published folder was verified at)"),
     record: bool = typer.Option(False, "--record", help="add a qualifying result to the leaderboard"),
     published: bool = typer.Option(False, "--published", help="re-verify every entry published in the folder (its entries.json) and record each into the database"),
@@ -49,8 +49,10 @@ def verify(
     if checkpoint is None:
         raise ArithsweepError("give a CHECKPOINT directory (or --published to re-verify the "
                               "published entries)")
+    from arithsweep.leaderboard.entry_lookup import checkpoint_or_entry
     from arithsweep.leaderboard.provenance import published_entry
 
+    checkpoint = checkpoint_or_entry(checkpoint, db)[0]
     kept = published_entry(checkpoint)  # a published folder: its entry number and target
     if target is None:
         target = kept.get("target") if isinstance(kept.get("target"), float) else TARGET
@@ -283,7 +285,7 @@ def show(
 
 
 def export(
-    entry: str = typer.Argument(None, help="entry id or sha256 prefix (with --markdown: only that entry; with --transformer-lens also a checkpoint folder or a published entry's folder name, e.g. add3-51-cdd87c29)"),
+    entry: str = typer.Argument(None, help="entry id or sha256 prefix (the local database's entry when it holds one, else the published one in entries.json beside it), a published checkpoint folder's name (add3-51-cdd87c29) or, with --adderboard and --transformer-lens, a checkpoint folder; with --markdown: only that entry"),
     adderboard: Path = typer.Option(None, "--adderboard", help="write an AdderBoard submission .py"),
     check: bool = typer.Option(False, "--check", help="with --adderboard: run AdderBoard's protocol on the written file"),
     markdown: Path = typer.Option(None, "--markdown", help="write the leaderboard table as markdown"),
@@ -320,19 +322,23 @@ def export(
         if markdown.name == MARKDOWN and (markdown.parent / "checkpoints").is_dir():
             raise ArithsweepError(f"--markdown {markdown}: that is what `arithsweep publish` "
                                   f"writes beside its checkpoints; export to another file")
-        rows = [board.get(entry)] if entry is not None else board.query(all=all_rows)
+        from arithsweep.leaderboard.entry_lookup import entry_row
+
+        rows = [entry_row(entry, db)] if entry is not None else board.query(all=all_rows)
         markdown.parent.mkdir(parents=True, exist_ok=True)
         markdown.write_text(to_markdown(rows, title="arithsweep leaderboard"))
         out.print(f"wrote {len(rows)} rows to {markdown}")
         return
     if entry is None:
-        raise ArithsweepError("--adderboard needs an ENTRY id, e.g. arithsweep export 1 --adderboard sub.py")
+        raise ArithsweepError("--adderboard needs an ENTRY (an entry id, a sha256 prefix, a "
+                              "published folder's name or a checkpoint folder), e.g. "
+                              "arithsweep export 1 --adderboard sub.py")
     if adderboard.suffix != ".py":
         raise ArithsweepError(f"--adderboard {adderboard}: the submission must be a .py file")
     from arithsweep.leaderboard.adderboard import export_adderboard
+    from arithsweep.leaderboard.entry_lookup import export_row
 
-    row = board.get(entry)
-    written = export_adderboard(row, adderboard)
+    written = export_adderboard(export_row(entry, db), adderboard)
     out.print(f"wrote {adderboard} and {', '.join(str(p) for p in written)}; check it with "
               f"AdderBoard's verify.py {adderboard}")
     if check:

@@ -20,6 +20,7 @@ from typing import Any
 
 from rich.console import Console
 
+from arithsweep.core.data.formats import _FORMAT_HELP
 from arithsweep.core.errors import ArithsweepError
 
 # piped output is not cut to 80 columns: a leaderboard row is wider than that
@@ -27,7 +28,12 @@ out = Console(width=None if sys.stdout.isatty() else 220)
 err = Console(stderr=True)
 
 TASK_HELP = "task: add<N>, sub<N>, mix<N> (N = 1..18), mul<N> (N = 1..9) or sort<N> (N = 2..9), e.g. add3"
-FORMAT_HELP = "format words, comma-separated: pad|nopad, revans|fwdans, revops|fwdops, delim|nodelim"
+# from the parser's own word list, so a new format word (zeros) is in the help as it lands
+FORMAT_HELP = (f"format words, comma-separated: {_FORMAT_HELP} (zeros: the delimiter slots "
+               "are the digit 0, AdderBoard's layout)")
+# a CHECKPOINT argument that takes a board entry too (entry_lookup.checkpoint_or_entry)
+ENTRY_TOO = ("or a leaderboard entry: an id, a sha256 prefix or a published folder's name "
+             "(the local database's entry, else the published one in entries.json)")
 SET_HELP = "override any model or train field, e.g. --set final_norm=false (repeatable)"
 DB_HELP = "leaderboard database: SQLAlchemy URL or file path (default $ARITHSWEEP_DB or leaderboard/leaderboard.db)"
 

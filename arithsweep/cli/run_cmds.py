@@ -13,6 +13,8 @@ from pathlib import Path
 import typer
 
 from arithsweep.cli.common import (
+    DB_HELP,
+    ENTRY_TOO,
     FORMAT_HELP,
     SET_HELP,
     TASK_HELP,
@@ -42,13 +44,14 @@ def train(
     seed: int = typer.Option(None, "--seed", help=f"first seed of the pack (default {TrainConfig.seed})"),
     target: float = typer.Option(None, "--target", help=f"stop once a seed reaches this exact match (default {TrainConfig.target:g})"),
     device: str = typer.Option(None, "--device", help=f"auto | cpu | cuda | cuda:N (default {TrainConfig.device})"),
-    layout: str = typer.Option(None, "--layout", help=f"auto | reference | tiny: how a step computes its gradients (default {TrainConfig.layout}: picks by model; README, 'Training layouts')"),
+    layout: str = typer.Option(None, "--layout", help=f"auto | reference | tiny: how a step computes its gradients (default {TrainConfig.layout}: picks by model; docs/training.md#layouts)"),
     sets: list[str] = typer.Option(None, "--set", help=SET_HELP),
     out_dir: Path = typer.Option(None, "--out", "-o", help="checkpoint directory (default runs/<task>-<time>)"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
     log: Path = typer.Option(None, "--log", help="append one line per evaluation to this file (runs in the background); --resume goes on with the run's own"),
     resume: Path = typer.Option(None, "--resume", help="continue the killed run in this folder (its --out) from its last training state; it ends as if never stopped"),
-    init_from: Path = typer.Option(None, "--init-from", help="start every seed from this checkpoint's weights instead of a fresh initialisation (continue a near miss on a new schedule; same architecture and format)"),
+    init_from: Path = typer.Option(None, "--init-from", help=f"start every seed from this checkpoint's weights instead of a fresh initialisation (continue a near miss on a new schedule; same architecture and format): a checkpoint or training-state folder, {ENTRY_TOO}"),
+    db: str = typer.Option(None, "--db", help=f"{DB_HELP}; where --init-from looks an entry up"),
 ) -> None:
     """Train K seeds of one architecture together; save the best as a checkpoint. The run's
     whole state is saved as it trains (every checkpoint_every steps, or else about every
@@ -58,6 +61,11 @@ def train(
     import time
 
     from arithsweep.core.overrides import build_configs
+
+    if init_from is not None:  # a bare entry id or published folder name: its checkpoint
+        from arithsweep.leaderboard.entry_lookup import checkpoint_or_entry
+
+        init_from = checkpoint_or_entry(init_from, db)[0]
 
     over = model_overrides(sets, d_model=d_model, n_layers=layers, n_heads=heads, d_ff=d_ff,
                             pos=pos, seeds=seeds, steps=steps, lr=lr, seed=seed,
@@ -105,9 +113,10 @@ def train(
 
 
 def finish(
-    checkpoint: Path = typer.Argument(..., help="checkpoint directory of a near miss"),
+    checkpoint: Path = typer.Argument(..., help=f"checkpoint directory of a near miss, {ENTRY_TOO}"),
     out_dir: Path = typer.Option(..., "--out", "-o", help="where the finished checkpoint goes"),
     sets: list[str] = typer.Option(None, "--set", help="finisher fields, e.g. --set finish_rounds=3 --set finish_cmaes_evals=2000 (the checkpoint's own train config otherwise)"),
+    db: str = typer.Option(None, "--db", help=DB_HELP),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Finish a near miss: targeted fine-tuning on its errors mined from the training split,
@@ -115,8 +124,9 @@ def finish(
     check_outputs(dirs={"--out": out_dir})
     from arithsweep.core.api import finish_job
     from arithsweep.core.overrides import parse_sets
+    from arithsweep.leaderboard.entry_lookup import checkpoint_or_entry
 
-    res = finish_job(checkpoint, out_dir, parse_sets(sets))
+    res = finish_job(checkpoint_or_entry(checkpoint, db)[0], out_dir, parse_sets(sets))
     if as_json:
         return print_json(res)
     for r in res["finishers"]:
@@ -131,9 +141,10 @@ def finish(
 
 
 def ask(
-    checkpoint: Path = typer.Argument(..., help="checkpoint directory"),
+    checkpoint: Path = typer.Argument(..., help=f"checkpoint directory, {ENTRY_TOO}"),
     problems: list[str] = typer.Argument(None, help='problems such as "123+456"'),
     file: Path = typer.Option(None, "--file", "-f", help="a file with one problem per line"),
+    db: str = typer.Option(None, "--db", help=DB_HELP),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Ask a trained model arithmetic questions (greedy decoding)."""
@@ -150,8 +161,9 @@ def ask(
     if not items:
         raise ArithsweepError('no problems given: e.g. arithsweep ask CHECKPOINT "123+456"')
     from arithsweep.core.api import ask_job
+    from arithsweep.leaderboard.entry_lookup import checkpoint_or_entry
 
-    res = ask_job(checkpoint, items)
+    res = ask_job(checkpoint_or_entry(checkpoint, db)[0], items)
     if as_json:
         return print_json(res)
     tab = table(f"{res['task']} · {res['params']} parameters", ("problem", "model", "true", ""))

@@ -110,7 +110,8 @@ def submission_source(row: dict[str, Any], weights_dir: str, author: str = "arit
     from arithsweep.core.model import layers, model, weights
 
     metadata = {
-        "name": f"arithsweep {row['task']} #{row['id']}",
+        "name": f"arithsweep {row['task']} " + ("" if row.get("source") == "folder" else "#")
+                + str(row["id"]),
         "author": author,
         "params": int(row["params"]),
         "architecture": row.get("architecture", ""),
@@ -119,11 +120,16 @@ def submission_source(row: dict[str, Any], weights_dir: str, author: str = "arit
         "problems_checked": row.get("n_problems"),
         "suite": row.get("suite"),
     }
+    source = {"folder": f"checkpoint folder {row['id']} (not on the leaderboard)",
+              "published": f"published leaderboard entry {row['id']}"}.get(
+        row.get("source"), f"leaderboard entry {row['id']}")
+    measured = (f"verified exact match {row.get('exact_match')} on {row.get('n_problems')} "
+                f"problems (suite {row.get('suite')})" if row.get("exact_match") is not None
+                else "not verified by arithsweep")
     header = (
-        f'"""AdderBoard submission exported by arithsweep {__version__} from leaderboard entry '
-        f"{row['id']}:\n{row['task']}, {row['params']} unique parameters, verified exact match "
-        f"{row.get('exact_match')} on {row.get('n_problems')} problems (suite "
-        f"{row.get('suite')}).\nSelf-contained: the model and task code below are arithsweep's "
+        f'"""AdderBoard submission exported by arithsweep {__version__} from {source}:\n'
+        f"{row['task']}, {row['params']} unique parameters, {measured}.\nSelf-contained: the "
+        f"model and task code below are arithsweep's "
         f'own, embedded verbatim; weights load from {weights_dir}/ via safetensors."""\n\n'
         "from __future__ import annotations\n\n"
         "import sys as _sys\n"
@@ -193,20 +199,24 @@ def _tricks(cfg: dict[str, Any]) -> list[str]:
 
 
 def export_adderboard(row: dict[str, Any], dest: str | Path) -> list[Path]:
-    """Write `dest` (.py) and copy the checkpoint to `<stem>_weights/` beside it."""
+    """Write `dest` (.py) and copy the checkpoint to `<stem>_weights/` beside it. `row` is a
+    leaderboard row (local or published) or, for a checkpoint folder the board does not hold,
+    `entry_lookup.export_row`'s bare one, filled in here from the weights."""
+    if row.get("id") is None:
+        row = _folder_row(row)
     if row.get("task") != "add10":  # its protocol draws 10-digit operands (adderboard_check)
         raise ArithsweepError(
-            f"entry {row.get('id')} is a {row.get('task')} model: AdderBoard checks 10-digit "
+            f"{_what(row)} is a {row.get('task')} model: AdderBoard checks 10-digit "
             f"addition (add10) only")
     src = Path(row["checkpoint_path"])
     for name in ("model.safetensors", "config.json"):
         if not (src / name).is_file():
-            raise ArithsweepError(f"entry {row['id']}: checkpoint file {src / name} is missing")
+            raise ArithsweepError(f"{_what(row)}: checkpoint file {src / name} is missing")
     from arithsweep.core.hashing import sha256_file
 
     if sha256_file(src / "model.safetensors") != row["sha256"]:
         raise ArithsweepError(
-            f"entry {row['id']}: {src / 'model.safetensors'} changed since it was verified")
+            f"{_what(row)}: {src / 'model.safetensors'} changed since it was verified")
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     weights = dest.parent / f"{dest.stem}_weights"
@@ -215,3 +225,23 @@ def export_adderboard(row: dict[str, Any], dest: str | Path) -> list[Path]:
         shutil.copyfile(src / name, weights / name)
     dest.write_text(submission_source(row, weights.name))
     return [weights]
+
+
+def _what(row: dict[str, Any]) -> str:
+    """How messages name the exported model: its entry, or its folder."""
+    if row.get("source") == "folder":
+        return f"checkpoint {row['checkpoint_path']}"
+    return ("published " if row.get("source") == "published" else "") + f"entry {row.get('id')}"
+
+
+def _folder_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint folder the board does not hold, as the row a submission is written from:
+    task, parameter count (recounted from the tensors) and configs from the weights; no
+    verified figures (the submission says so, and `--check` measures AdderBoard's own)."""
+    from arithsweep.core.model.checkpoint import load_checkpoint
+
+    ck = load_checkpoint(row["checkpoint_path"])
+    return {**row, "id": Path(row["checkpoint_path"]).absolute().name, "task": ck.task.name,
+            "params": ck.params, "architecture": ck.model_cfg.summary(),
+            "model_config": ck.model_cfg.to_dict(), "exact_match": None, "n_problems": None,
+            "suite": None, "sha256": ck.sha256}

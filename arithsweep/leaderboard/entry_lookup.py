@@ -3,7 +3,8 @@ then the published `leaderboard/entries.json` beside it (weights checked by sha2
 is the one lookup `arithsweep show`, `inspect`, `ood` and `search --from-entry ID_OR_PATH` use
 (`board_entry`: with the chain of search commands that led to it, `provenance.entry_chain`);
 `smallest_entry` the board's smallest entry of a task, where a new search starts;
-`entry_checkpoint` the checkpoint folder `inspect` and `ood` load. No torch.
+`entry_checkpoint` the checkpoint folder `inspect` and `ood` load, `checkpoint_or_entry` the one
+`ask`, `finish` and `verify` load, `export_row` the row `export --adderboard` writes. No torch.
 
 Apart from provenance.py so that provenance (read by verify) never imports the published
 board, which imports verify to re-verify: the import graph stays a tree.
@@ -133,10 +134,60 @@ def entry_checkpoint(target: str, db_url: str | None = None) -> tuple[Path, dict
         raise ArithsweepError(f"{target!r} is neither a checkpoint directory nor a leaderboard "
                               "entry (id, sha256 prefix of 6+ hex digits, or a published "
                               "checkpoint folder's name)") from None
+    return Path(_usable(row)["checkpoint_path"]), row
+
+
+def checkpoint_or_entry(ref: str | Path, db_url: str | None = None
+                        ) -> tuple[Path, dict | None]:
+    """(checkpoint folder, its row or None) for the commands whose argument is a CHECKPOINT
+    (`ask`, `finish`, `verify`): REF itself when it exists or names a path (a separator in
+    it: the loader's own "no such file" line is the right one for a typo there), else the
+    entry a bare id, sha256 prefix or published folder name names, as `entry_checkpoint`
+    finds it; a bare word that is none of them is returned as the path it would be."""
+    text = str(ref).strip()
+    path = Path(text).expanduser()
+    if path.exists() or "/" in text or "\\" in text:
+        return path, None
+    try:
+        row = entry_row(text, db_url)
+    except NotAnEntry:
+        return path, None
+    except NoSuchEntry as e:
+        raise ArithsweepError(f"{text!r}: no checkpoint folder of that name here, and no "
+                              f"leaderboard entry {text} in {e.places}") from None
+    return Path(_usable(row)["checkpoint_path"]), row
+
+
+def export_row(ref: str, db_url: str | None = None) -> dict[str, Any]:
+    """The row `arithsweep export REF --adderboard` writes: an entry as `entry_row` finds it
+    (local, then published, its weights checked), or for a checkpoint folder the board's entry
+    of the same weights (by sha256, local then published) with the folder as its checkpoint,
+    else {"id": None, "source": "folder", "checkpoint_path", "sha256"}: a model the board does
+    not hold, whose figures the export takes from the weights, unverified."""
+    path = Path(str(ref).strip()).expanduser()
+    if not path.is_dir():
+        return _usable(entry_row(str(ref), db_url))
+    from arithsweep.core.hashing import sha256_file
+
+    weights = path / "model.safetensors"
+    if not weights.is_file() or not (path / "config.json").is_file():
+        raise ArithsweepError(f"{path}: not a checkpoint folder (it needs config.json and "
+                              "model.safetensors)")
+    sha = sha256_file(weights)
+    try:
+        row = entry_row(sha, db_url)
+    except NoSuchEntry:
+        return {"id": None, "source": "folder", "checkpoint_path": str(path), "sha256": sha}
+    return {**row, "checkpoint_path": str(path)}  # these weights, wherever the entry keeps its
+
+
+def _usable(row: dict[str, Any]) -> dict[str, Any]:
+    """The row, unless it is a published entry whose weights fail their sha256 check: a model
+    that is not the one verified is never loaded as if it were (one line)."""
     if row["source"] == "published" and not row.get("sha256_ok"):
         raise ArithsweepError(f"published entry {row.get('id')}'s weights fail their check "
                               f"({row.get('status')}): {row.get('checkpoint_path')}")
-    return Path(row["checkpoint_path"]), row
+    return row
 
 
 def board_entry(ref: str, db_url: str | None = None,
