@@ -113,23 +113,30 @@ def test_add10_on_the_published_board_starts_from_its_smallest_entry(tmp_path):
     entries = [e for e in json.loads((lb / "entries.json").read_text())["entries"]
                if e["task"] == "add10" and e["exact_match"] >= 0.99]
     best = min(entries, key=lambda e: (e["params"], -e["exact_match"]))
-    first, *rest = _stopped_at_ray(lb, tmp_path / "searches")
+    first, plan, *rest = _stopped_at_ray(lb, tmp_path / "searches")
     assert first.startswith(f"starting from the board's smallest add10 entry {best['id']} "
                             f"({best['params']} p, verified "), first
     assert first.endswith("--fresh starts from the space's start point")
+    # the second line: what it searches below, the space's floor, its trial cap
+    assert plan == (f"searching space tbukic below {best['params']} p (its smallest point "
+                    "14 p); at most 1 trial in all (--trials), no time budget"), plan
     assert rest and rest[-1].startswith("error: cannot join Ray")
-    # --fresh: no entry, the error alone
-    (line,) = _stopped_at_ray(lb, tmp_path / "searches", "--fresh")
-    assert line.startswith("error: cannot join Ray")
+    # --fresh: the space's start point (tbukic's 44 p), no bound until a model is verified
+    first, plan, error = _stopped_at_ray(lb, tmp_path / "searches", "--fresh")
+    assert first == "starting from space tbukic's start point (44 p), as --fresh asks"
+    assert plan.startswith("searching space tbukic from its start point down (its smallest "
+                           "point 14 p)"), plan
+    assert error.startswith("error: cannot join Ray")
 
 
 def test_a_board_without_an_entry_of_the_task_says_where_the_search_starts(tmp_path):
     """A database of its own (--db) with no entries.json beside it holds no add10 entry: the
     first line says the search starts from the space's start point, and why."""
     (tmp_path / "elsewhere").mkdir()
-    first, *rest = _stopped_at_ray(tmp_path / "elsewhere", tmp_path / "searches")
+    first, plan, *rest = _stopped_at_ray(tmp_path / "elsewhere", tmp_path / "searches")
     assert first == ("starting from the space's start point: the board (its database and the "
                      "entries.json beside it) holds no add10 entry at 0.99 or above"), first
+    assert plan.startswith("searching space tbukic from its start point down"), plan
     assert rest and rest[-1].startswith("error: cannot join Ray")
 
 
@@ -163,7 +170,8 @@ def test_a_search_starts_from_the_local_boards_entry_and_fresh_does_not(ray_loca
     code, out, err = run(capsys, "search", *common, "--name", "fresh", "--fresh")
     assert code == 0, err
     s = json.loads(out)
-    assert s["from_entry"] is None and "starting from" not in err
+    assert s["from_entry"] is None
+    assert err.splitlines()[0].startswith("starting from space from-entry's start point (")
     assert not any(k.startswith("entry:") for k in incumbent.load_verified(root / "fresh"))
     (t,) = s["trials"]
     assert t["config"]["model.d_ff"] == 48 and t["params"] > params  # the space's start

@@ -29,7 +29,7 @@ from arithsweep.cli.common import (
 from arithsweep.core.config import TrainConfig
 from arithsweep.core.errors import ArithsweepError
 from arithsweep.core.evaluation.stats import percent
-from arithsweep.search.options import GPU_PROPOSALS, SearchOptions
+from arithsweep.search.options import DEFAULT_TRIALS, GPU_PROPOSALS, SearchOptions
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -62,7 +62,7 @@ def search(
     task: str = typer.Option(None, "--task", "-t", help=TASK_HELP),
     target: float = typer.Option(None, "--target", help=f"exact match a trial must reach (default {TrainConfig.target:g})"),
     space: str = typer.Option(SearchOptions.space, "--space", "-s", help="shipped space name (see `arithsweep spaces`) or a YAML path (default: sort for sort, quirke for sub/mix up to 3 digits, quirke6 from 4, mul for mul1-mul2, mul3 for mul3 and up, microadder for add3-add9, tbukic for add10, adderboard for add11 and up, else tiny)"),
-    trials: int = typer.Option(SearchOptions.trials, "--trials", "-n", help="trials in total (on --resume: the new total)"),
+    trials: int = typer.Option(SearchOptions.trials, "--trials", "-n", help=f"trials in all, the earlier runs' included on --resume (default: none under a --time-budget, which ends the search, else {DEFAULT_TRIALS}; a resume keeps the cap it had); the first lines say the cap"),
     concurrency: int = typer.Option(None, "--concurrency", "-j", help="trials at once (default: as resources allow)"),
     cpus_per_trial: float = typer.Option(SearchOptions.cpus_per_trial, "--cpus-per-trial", help="CPUs per trial (fractions allowed)"),
     spare_cores: bool = typer.Option(SearchOptions.spare_cores, "--spare-cores/--no-spare-cores", help="a trial running alone takes the idle cores, and gives them back when another waits"),
@@ -91,9 +91,11 @@ def search(
     """Ray Tune + Optuna search for the fewest-parameter model reaching the target.
 
     A new search starts from the board's smallest entry of the task (the local database and
-    leaderboard/entries.json) as its verified incumbent and says so in its first line
-    (--fresh: from the space's start point). Trials that reach the target are verified at
-    once; no proposal as large as the smallest verified model is trained after that."""
+    leaderboard/entries.json) as its verified incumbent (--fresh: from the space's start
+    point); its first lines say where it starts, the space it searches below that bound with
+    the space's smallest point, and its trial cap, and a space with nothing below the start
+    stops there. Trials that reach the target are verified at once; no proposal as large as
+    the smallest verified model is trained after that."""
     check_outputs(dirs={"--root": root or "searches"}, urls={"--db": db, "--mlflow-uri": mlflow_uri})
     opts = SearchOptions(
         task=task, target=target, space=space, trials=trials, concurrency=concurrency,
@@ -121,7 +123,7 @@ def search(
             summary = run_search(opts, on_update=on_update, verifier=make_verifier(db),
                                  find_entry=entry_finder(db, root or "searches"),
                                  find_smallest=smallest_finder(db, root or "searches"),
-                                 note=lambda line: print(f"starting {line}", file=sys.stderr))
+                                 note=lambda line: print(line, file=sys.stderr))
     finally:
         if live is not None:
             live.stop()

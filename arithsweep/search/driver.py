@@ -20,14 +20,17 @@ or `arithsweep search --task add2 --target 0.9 --trials 8`. A search lives in
 `<root>/<name>/`: `tune/` (the Tune experiment, trial checkpoints), `optuna.db` (the study,
 named after the search), `search.json`, `summary.json`, `params_vs_em.png`. MLflow defaults to
 `<root>/mlflow.db` with artifacts under `<root>/mlartifacts`. A killed search continues with
-`SearchOptions(resume=name, trials=N)`: same Tune experiment, same Optuna study, same
+`SearchOptions(resume=name, trials=N)` (N: the new total; not given, the cap it had, see
+`options.trial_cap`): same Tune experiment, same Optuna study, same
 incumbent (`verified.json`). `SearchOptions(from_entry="44")` (`--from-entry`) starts from a
 leaderboard entry or checkpoint folder as the verified incumbent, descending from its point
 in the space (`incumbent.entry_incumbent`, `shrink.map_entry`); search.json keeps it under
 "from_entry", with the commands of the searches that found it ("chain"), for `publish`.
 Given `find_smallest` (the CLI gives it), a new search without from_entry starts so from the
 board's smallest entry of its task at its target, unless `SearchOptions(fresh=True)`
-(`--fresh`): then, as without an entry on the board, from the space's start point.
+(`--fresh`): then, as without an entry on the board, from the space's start point. Before
+anything is written it says where it starts, what it searches below, its bound and its trial
+cap (`plan.settle`), and a search whose space holds nothing below its start stops there.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -44,7 +48,7 @@ from typing import Any
 from arithsweep import __version__
 from arithsweep.core.config import TrainConfig
 from arithsweep.core.errors import ArithsweepError, ConfigError
-from arithsweep.search import cluster
+from arithsweep.search import cluster, plan
 from arithsweep.search.options import SearchOptions, SearchProgress, SearchSummary
 
 TUNE_DIR = "tune"  # the Tune experiment's name inside the search directory
@@ -109,6 +113,8 @@ class _Search:
     mlflow_uri: str
     optuna_url: str
     fresh: bool = False  # its folder did not exist: removed again if Ray or MLflow fail
+    trials: int | None = None  # Tune trials in all (options.trial_cap; None: no cap)
+    lines: tuple[str, ...] = ()  # what it says before it starts (plan.settle)
 
 
 def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = None,
@@ -121,13 +127,14 @@ def run_search(opts: SearchOptions, on_update: Callable[[dict], None] | None = N
     `verifier` checks trials that reach the target from their weights (see `Verifier`): the
     smallest verified one bounds every later proposal; `find_entry` looks `--from-entry` up
     (see `EntryFinder`); `find_smallest` the board's smallest entry of the task, where a new
-    search without `from_entry` or `fresh` starts (see `BoardFinder`); `note(line)` gets the
-    one line that says where the search starts ("from entry ..." and how it mapped onto the
-    space, or "from the space's start point, not ..." when the board's entry cannot be
-    used), before the search starts."""
+    search without `from_entry` or `fresh` starts (see `BoardFinder`); `note(line)` gets,
+    before the search starts, each line of what it will do (`plan.settle`): where it starts
+    ("starting from entry ..." and how it mapped onto the space, "starting from the space's
+    start point, not ..." when the board's entry cannot be used, "resuming search ..."),
+    then the space it searches, below what bound, its smallest point and the trial cap."""
     s = _settle(opts, time.time(), verifier, find_entry, find_smallest)
-    if note is not None and (s.start is not None or s.unused):
-        note(s.start["note"] if s.start is not None else s.unused)
+    for line in s.lines if note is not None else ():
+        note(line)
     _record(s)
     with cluster.quiet_logs():
         summary, before, parent_run = _run(s, on_update, verifier)
@@ -163,12 +170,14 @@ def _settle(opts: SearchOptions, t0: float, verifier: Verifier | None,
 
         start = start_item(start, map_entry(space, values, task_name), space.name)
     sdir = root / name
+    trials, lines = plan.settle(opts, space, task_name, start, unused, stored, sdir)
     return _Search(
         opts=opts, t0=t0, root=root, name=name, sdir=sdir, task_name=task_name, task=task,
         target=target, space=space, stored=stored, start=start, unused=unused,
         mlflow_uri=(stored.get("mlflow_uri") or _abs_tracking_uri(opts.mlflow_uri)
                     or _abs_sqlite(root / "mlflow.db")),
-        optuna_url=_abs_sqlite(sdir / "optuna.db"), fresh=not opts.resume and not sdir.exists())
+        optuna_url=_abs_sqlite(sdir / "optuna.db"), fresh=not opts.resume and not sdir.exists(),
+        trials=trials, lines=tuple(lines))
 
 
 def _starting_entry(opts: SearchOptions, target: float, verifier: Verifier | None,
@@ -197,7 +206,7 @@ def _record(s: _Search) -> None:
     if opts.resume:
         s.stored.setdefault("resumes", []).append(
             {"command": opts.command, "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-             "time_budget": opts.time_budget, "trials": opts.trials})
+             "time_budget": opts.time_budget, "trials": s.trials})
         _write_json(sdir / "search.json", s.stored)
         return
     if space.path.is_file():
@@ -207,6 +216,7 @@ def _record(s: _Search) -> None:
         "seed": opts.seed,
         "space_path": str((sdir / "space.yaml") if space.path.is_file() else space.path),
         "mlflow_uri": s.mlflow_uri, "optuna_storage": s.optuna_url, "options": asdict(opts),
+        "trials": s.trials,  # the cap it ran under (a resume without -n keeps it)
         "command": opts.command, "from_entry": _from_entry_record(s.start),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "arithsweep_version": __version__,
         "search_format": SEARCH_FORMAT})
@@ -281,7 +291,8 @@ def _register(s: _Search, on_update: Callable[[dict], None] | None,
     deadline = s.t0 + opts.time_budget if opts.time_budget else None  # startup counts
     verified = incumbent.load_verified(s.sdir)
     state = run_settings.register(s.name, run_settings.DriverState(
-        trials=opts.trials, deadline=deadline, on_update=on_update, verifier=verifier,
+        trials=sys.maxsize if s.trials is None else s.trials, deadline=deadline,
+        on_update=on_update, verifier=verifier,
         max_params=opts.max_params, frontier=opts.frontier, verified=verified,
         incumbent=incumbent.incumbent_of(verified)))
     if on_update is not None:  # every live event says where the search stands

@@ -22,9 +22,9 @@ class SearchOptions:
     task: str | None = None  # required for a new search; taken from search.json on resume
     target: float | None = None  # exact match to reach, in (0, 1]; None: TrainConfig.target
     space: str = ""  # shipped space name or path to a YAML file; "" = spaces.default_space(task)
-    # total Tune trials, each up to proposals_per_trial proposals (on resume: the new total,
-    # counting the earlier ones)
-    trials: int = 20
+    # --trials: Tune trials in all, each up to proposals_per_trial proposals (on resume: the
+    # new total, counting the earlier ones); None: see trial_cap (no cap under a time budget)
+    trials: int | None = None
     concurrency: int | None = None  # max trials at once; default: as many as resources allow
     cpus_per_trial: float = 1.0
     # --spare-cores/--no-spare-cores: a CPU trial running alone is lent the cores no other
@@ -94,7 +94,7 @@ class SearchOptions:
                       ("n_verify", 0), ("patience", 1), ("extra_rounds", 0),
                       ("max_failures", 0), ("max_params", 1), ("proposals_per_trial", 1)):
             v = getattr(self, f)
-            need(v is None and f in ("concurrency", "num_cpus", "max_params",
+            need(v is None and f in ("trials", "concurrency", "num_cpus", "max_params",
                                      "proposals_per_trial") or (
                 isinstance(v, int) and not isinstance(v, bool) and v >= lo),
                 f"{f}={v!r}: must be a whole number >= {lo}")
@@ -126,6 +126,31 @@ MAX_SEED = 1 << 26
 MLFLOW_SCHEMES = ("file", "sqlite", "postgresql", "mysql", "mssql", "http", "https",
                   "databricks")
 GPU_PROPOSALS = 16  # default proposals per trial when each trial gets a whole GPU
+# the cap of a search given neither --trials nor --time-budget: something must end it
+DEFAULT_TRIALS = 20
+
+
+def trial_cap(trials: int | None, time_budget: float, stored: dict[str, Any] | None = None
+              ) -> tuple[int | None, str]:
+    """(the Tune trials a search may have in all, the earlier runs' included, None for no cap;
+    where that number comes from, as the search's first lines say it).
+
+    `--trials` when given (on a resume too: the new total). Not given, a resume keeps the cap
+    its last run had (`stored`, its search.json: a search started with -n 300 and cut by its
+    deadline goes on towards 300, where a default of 20 trained nothing); a search with no cap
+    of its own has none under a time budget (the budget ends it, not an unseen count) and
+    DEFAULT_TRIALS without one."""
+    if trials is not None:
+        return trials, "--trials"
+    if stored:
+        runs = [r.get("trials") for r in stored.get("resumes") or [] if isinstance(r, dict)]
+        last = runs[-1] if runs else stored.get(
+            "trials", (stored.get("options") or {}).get("trials"))
+        if isinstance(last, int) and not isinstance(last, bool):
+            return last, "the cap it had"
+    if time_budget:
+        return None, "none"
+    return DEFAULT_TRIALS, "the default without a --time-budget"
 
 
 def resources_per_trial(opts: SearchOptions, cluster_gpus: float) -> tuple[float, int]:

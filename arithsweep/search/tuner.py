@@ -121,7 +121,8 @@ def new_tuner(s: Any, exp_dir: Path, trainable: Any, const: dict[str, Any], per_
         param_space={CONST_KEY: const},
         tune_config=tune.TuneConfig(
             search_alg=searcher.BudgetedSearchGenerator(search, name, concurrency),
-            num_samples=opts.trials, reuse_actors=False, scheduler=sched,
+            num_samples=-1 if s.trials is None else s.trials,  # -1: until the deadline
+            reuse_actors=False, scheduler=sched,
             trial_name_creator=live.trial_dirname, trial_dirname_creator=live.trial_dirname),
         run_config=tune.RunConfig(
             storage_path=str(exp_dir.parent), name=exp_dir.name, stop=stoppers,
