@@ -37,7 +37,7 @@ def _assert_same_member(pack_state, single_state):
     {},
     # restart, polish on mined errors, Grokfast and forced micro-batching, all in one pack
     {"steps": 30, "restart_steps": 15, "polish_steps": 15, "eval_every": 15,
-     "polish_pool": 1000, "grokfast_alpha": 0.9, "grokfast_lambda": 1.0, "micro_batch": 48},
+     "polish_pool": 1000, "grokfast_alpha": 0.9, "grokfast_lambda": 1.0, "micro_batch": 16},
     # abacus offsets: each member draws its own, the same in a pack as alone
     {"pos": "abacus", "abacus_max": 12, "abacus_offset": 4, "steps": 30},
 ], ids=["plain", "recipe", "abacus"])

@@ -5,7 +5,8 @@ A *proposal* is one `TrainConfig` (its own lr, warmup, decay, clip, seeds...). P
 in one `ArithTransformer` of K = sum(seeds) members: one forward/backward and one optimiser
 step move every proposal at once, with per-member (K,) learning rates, weight decays and clip norms.
 Member i of proposal j is seed cfgs[j].seed + i for init and data, exactly as in `train()`,
-so it reaches the same weights as when that proposal trains alone (to float tolerance).
+so it reaches the same weights as when that proposal trains alone, to the bit on a CPU in
+either layout (tests/test_member_alone.py).
 
 Each proposal stops on its own (target reached, time budget, its `on_eval` returning True,
 every seed failed); its members are then frozen (zero learning rate, zero gradient) and the
@@ -22,7 +23,6 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 import torch
 
@@ -123,8 +123,9 @@ class _PackRun:
                         for c, o, n in zip(cfgs, self.offs, counts)]
         self.alive = torch.ones(K, dtype=torch.bool, device=device)  # False: loss non-finite
         self.running = torch.ones(K, dtype=torch.bool, device=device)  # False: stopped
-        # the tiny kernel keeps each tile in cache itself: splitting a step only adds calls
-        n_micro = 1 if layout == "tiny" else T.micro_batches(replace(c0, seeds=K), device)
+        # the tiny kernel keeps each tile in cache itself: splitting a step only adds calls.
+        # The split is each member's own (never the pack's size): the same alone as in a pack
+        n_micro = 1 if layout == "tiny" else T.micro_batches(c0)
         self.start = answer_start(task)
         self.loss_sum = torch.zeros(K, dtype=torch.float64, device=device)
         self.loss_n = 0

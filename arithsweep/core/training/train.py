@@ -317,12 +317,15 @@ class _PolishStream:
         return tokens, mask
 
 
-def micro_batches(cfg: TrainConfig, device: torch.device) -> int:
-    """How many pieces each step's batch is split into (see TrainConfig.micro_batch)."""
-    per_call = cfg.micro_batch or (1024 if device.type == "cpu" else 0)
-    if not per_call:
+def micro_batches(cfg: TrainConfig) -> int:
+    """How many pieces each member's batch is split into (see TrainConfig.micro_batch): a
+    function of the member's own batch alone. A piece's gradients are summed into the step's,
+    so a split rounds differently from the whole batch; when the count followed the pack's
+    size (seeds x batch per 1024 on a CPU, before), a member trained to other floats alone
+    than in a pack (issue 55)."""
+    if not cfg.micro_batch:
         return 1
-    return max(1, min(cfg.batch_size, (cfg.seeds * cfg.batch_size) // per_call))
+    return max(1, cfg.batch_size // cfg.micro_batch)
 
 
 # Above this many parameters `layout: auto` keeps the reference layout: its GEMMs pay once the
@@ -379,6 +382,24 @@ def _loss_fn(model: ArithTransformer, tokens: torch.Tensor, mask: torch.Tensor,
     return ce.sum((1, 2)) / mask.sum((1, 2)).clamp(min=1)
 
 
+def member_sq_norms(grads: list[torch.Tensor], k: int) -> torch.Tensor:
+    """(K,) each member's squared global gradient norm, summed in an order set by the
+    parameters' sizes alone: one zero-padded (K, 2^n) table of squares, halved elementwise
+    n times. torch's reductions are not that: `stack(...).sum(0)` over the parameters, a
+    reduction across (P, K), gave other bits for K = 1, 4, 5, 7 or 64 than for K = 2 or 8
+    (measured, torch 2.13 on x86-64), so a member was clipped, and trained, to other floats
+    alone than in a pack (issue 55). An elementwise add rounds each sum by itself, whatever
+    K and the vector width."""
+    flat = [g.reshape(k, -1) for g in grads]
+    n = sum(f.shape[1] for f in flat)
+    width = 1 << (n - 1).bit_length()  # the next power of two; + 0.0 changes no square
+    sq = torch.cat([*flat, flat[0].new_zeros(k, width - n)], 1).square()
+    while width > 1:
+        width //= 2
+        sq = sq[:, :width] + sq[:, width:]
+    return sq.view(k)
+
+
 @torch.no_grad()
 def _clip_and_guard(model: ArithTransformer | list[torch.Tensor], clip: float | torch.Tensor,
                     alive: torch.Tensor) -> None:
@@ -388,8 +409,7 @@ def _clip_and_guard(model: ArithTransformer | list[torch.Tensor], clip: float | 
     once (a step need not walk the modules again)."""
     params = model if isinstance(model, list) else model.parameters()
     grads = [p.grad for p in params if p.grad is not None]
-    k = alive.numel()
-    sq = torch.stack([g.reshape(k, -1).pow(2).sum(1) for g in grads]).sum(0)  # (K,)
+    sq = member_sq_norms(grads, alive.numel())  # (K,)
     alive &= torch.isfinite(sq)
     scale = torch.ones_like(sq)
     if isinstance(clip, torch.Tensor):  # (K,): a member with clip 0 is not clipped

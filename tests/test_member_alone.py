@@ -1,0 +1,69 @@
+"""A member trains to the same bits alone and in any pack (issue 55), in both layouts.
+
+Two sums used to follow the pack's size K: the clipping norm's sum over the parameters
+(`torch.stack(...).sum(0)` took another order for some K) and the reference layout's
+micro-batch split (seeds x batch per 1024 rows on a CPU). Either moved a member's weights by
+~1e-8 after one step, alone against beside a second proposal. The pack here is mixed (other
+seeds, lr, clip and decay beside it, the member not first) of 32 members: a size whose old
+clipping sum took another order than a 2-member run's, and 32 x 64 rows, which the old
+pack-wide split cut in two.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from arithsweep.core.model import tiny_layout as TL
+from arithsweep.core.overrides import build_configs
+from arithsweep.core.training.population import train, train_population
+from arithsweep.core.training.train import member_sq_norms, micro_batches
+
+
+def _setup(layout: str, **kw):
+    return build_configs("add2", None, None, {
+        "d_model": 4, "n_heads": 1, "d_ff": 8, "steps": 32, "eval_every": 8, "seeds": 2,
+        "batch_size": 64, "eval_size": 256, "early_stop": False, "layout": layout, **kw})
+
+
+@pytest.mark.parametrize("layout", [
+    pytest.param("tiny", marks=pytest.mark.skipif(
+        TL.load_error() is not None, reason=f"tiny kernel unavailable: {TL.load_error()}")),
+    "reference",
+])
+def test_a_member_trains_to_the_same_bits_alone_and_in_a_mixed_pack(layout):
+    task, m, base = _setup(layout)
+    # a clip this small acts at every step, so the norm's last bit reaches the weights
+    me = replace(base, lr=1e-2, grad_clip=0.05, weight_decay=0.01, seed=0)
+    before = replace(base, lr=3e-3, grad_clip=0.3, weight_decay=0.3, seed=100, seeds=3)
+    after = replace(base, lr=2e-2, grad_clip=0.0, weight_decay=0.0, seed=7, seeds=27)
+    alone = train(task, m, me)
+    packed = train_population(task, m, [before, me, after])[1]
+    assert alone.layout == packed.layout == layout
+    for i in range(me.seeds):
+        a, p = alone.model.member_state(i), packed.model.member_state(i)
+        for name in a:
+            assert torch.equal(a[name], p[name]), (i, name)
+    assert [q.exact_match for q in alone.history] == [q.exact_match for q in packed.history]
+    assert [q.loss for q in alone.history] == [q.loss for q in packed.history]
+
+
+def test_a_members_gradient_norm_has_the_same_bits_in_any_pack():
+    g = torch.Generator().manual_seed(5)
+    shapes = [(44, 4), (4,), (4, 4), (4, 8), (8, 4), (12, 4)]
+    mine = [torch.randn(s, generator=g) * 10.0 ** (i % 3 - 1) for i, s in enumerate(shapes)]
+    alone = member_sq_norms([x[None] for x in mine], 1)
+    want = sum(x.double().square().sum() for x in mine)
+    torch.testing.assert_close(alone.double(), want.view(1), rtol=1e-6, atol=0)
+    for k in (2, 4, 5, 7, 64):  # the old reduction's order changed at 4, 5, 7 and 64
+        pack = [torch.cat([x[None], torch.randn(k - 1, *x.shape, generator=g)]) for x in mine]
+        assert torch.equal(member_sq_norms(pack, k)[:1], alone), k
+
+
+def test_the_micro_batch_split_is_each_members_own():
+    _, _, base = _setup("reference", micro_batch=32)
+    assert micro_batches(base) == 2  # 64 rows in pieces of 32
+    assert {micro_batches(replace(base, seeds=k)) for k in (1, 2, 64)} == {2}
+    assert micro_batches(replace(base, micro_batch=0, seeds=64)) == 1  # 0: the whole step
