@@ -216,7 +216,8 @@ def resume_job(out: str | Path, progress: bool = True,
     if state.finished and (Path(out) / "config.json").is_file():
         r = state.doc["results"][0]
         raise AlreadyFinished(f"{Path(out).absolute()}: this run already finished at step "
-                              f"{r['steps']} ({r['stop_reason']}); its best checkpoint is that "
+                              f"{state.doc.get('path_step', r['steps'])} ({r['stop_reason']}); "
+                              f"its best checkpoint is that "
                               f"folder")
     try:
         task = get_task(job["task"], job["format"])
