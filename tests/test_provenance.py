@@ -111,13 +111,14 @@ def test_a_proposal_cut_off_unfinished_is_counted_apart_from_the_finished_ones(t
 
 def test_a_command_that_left_the_space_to_its_default_names_the_space(tmp_path):
     """The default space of a task can change between versions (add10's did), so a command
-    that named none gets the space it ran as a shell comment; one that named it is as typed."""
+    that named none gets the space it ran in as an option, and runs the same search today;
+    one that named it is as typed."""
     cmd = "arithsweep search --task add10 --target 0.99"
     sdir = _search(tmp_path, cmd)
     meta = {**json.loads((sdir / "search.json").read_text()), "space": "microadder"}
     shown, recorded = search_command(meta)
-    assert recorded and shown == cmd + "  # space: microadder, the task's default then"
-    assert shlex.split(shown, comments=True) == shlex.split(cmd)  # still runs as typed
+    assert recorded and shown == cmd + " --space microadder"
+    assert shlex.split(shown) == [*shlex.split(cmd), "--space", "microadder"]
     named = cmd + " --space adderboard"
     assert search_command({**meta, "command": named}) == (named, True)
 
@@ -128,7 +129,7 @@ def test_a_published_command_leaves_out_where_its_results_were_kept():
     ran = ("arithsweep search --task add10 --target 0.99 --db /work/pub.db --seed 0 "
            "--root=/tmp/s --mlflow-uri sqlite:////tmp/m.db -j 2")
     shown, _ = search_command({"command": ran, "space": "tbukic"})
-    assert shown.split("  #")[0] == "arithsweep search --task add10 --target 0.99 --seed 0 -j 2"
+    assert shown == "arithsweep search --task add10 --target 0.99 --seed 0 -j 2 --space tbukic"
     plain = "arithsweep search --task add3 --target 0.99 --space tbukic"
     assert search_command({"command": plain}) == (plain, True)  # nothing to drop: as typed
 

@@ -65,8 +65,9 @@ def search_command(meta: dict[str, Any]) -> tuple[str, bool]:
     if isinstance(meta.get("command"), str) and meta["command"].strip():
         cmd = portable(meta["command"])
         if "--space" not in cmd and "--resume" not in cmd and meta.get("space"):
-            # the task's default space can change between versions: say which one it was
-            cmd += f"  # space: {meta['space']}, the task's default then"
+            # the task's default space can change between versions (add10's did twice): the
+            # space it ran in, named, so the command runs the same search today
+            cmd += f" --space {shlex.quote(str(meta['space']))}"
         return cmd, True
     o = meta.get("options") or {}
     parts = ["arithsweep", "search", "--task", str(meta.get("task") or o.get("task")),
