@@ -9,7 +9,9 @@
   `../leaderboard/pictures/*.png`): a link that works on GitHub works on the site too. The
   file is carried into the site at its repository path and the link rewritten to it; a link
   to a repository folder keeps its text only (a static site cannot list a folder); a link to
-  nothing is a warning, so `mkdocs build --strict` fails on it.
+  nothing is a warning, so `mkdocs build --strict` fails on it. A carried page's own links
+  back into docs/ (a study's README under studies/ citing docs/results.md) are rewritten to
+  the pages' places in the site.
 
 Importing the app loads no torch (the commands import it when they run). `python
 docs/gen_cli.py` prints the CLI page.
@@ -175,8 +177,10 @@ _FENCE = re.compile(r"^\s*(```|~~~)")
 _LINK = re.compile(r"(!?)\[((?:[^\[\]]|\[[^\[\]]*\])*)\]\(([^()\s]+)((?:\s+\"[^\"]*\")?)\)")
 
 
-def _outside_links(markdown: str, page_path: Path):
-    """(match, repository path) of every relative link that leaves docs/, outside code fences."""
+def _outside_links(markdown: str, page_path: Path, into_docs: bool = False):
+    """(match, repository path) of every relative link that leaves docs/, outside code fences;
+    with `into_docs`, of every one that points into docs/ instead (a carried page's links to
+    the manual: a study's README beside its data links back to the page that cites it)."""
     fenced = False
     offset = 0
     for line in markdown.splitlines(keepends=True):
@@ -188,7 +192,7 @@ def _outside_links(markdown: str, page_path: Path):
                 if not target or re.match(r"^[a-zA-Z][\w+.-]*:|^/|^#", m.group(3)):
                     continue
                 real = Path(os.path.normpath(page_path.parent / target))
-                if not real.is_relative_to(DOCS):
+                if real.is_relative_to(DOCS) == into_docs:
                     yield offset, m, real
         offset += len(line)
 
@@ -242,6 +246,24 @@ def on_page_markdown(markdown, page, config, files):
             rel = os.path.relpath(dest, os.path.dirname(page.file.src_uri) or ".")
             frag = m.group(3)[len(m.group(3).split("#")[0]):]
             out.append(f"{m.group(1)}[{m.group(2)}]({Path(rel).as_posix()}{frag}{m.group(4)})")
+    out.append(markdown[last:])
+    if not here.is_relative_to(DOCS):  # a carried page: its links into docs/ go to the pages
+        return _to_docs("".join(out), here, page)
+    return "".join(out)
+
+
+def _to_docs(markdown: str, here: Path, page) -> str:
+    """A carried page's links into docs/ (`../../docs/results.md#x` from a study's README),
+    rewritten to where those pages lie in the site; the links to other repository files are
+    on_page_markdown's."""
+    out, last = [], 0
+    for offset, m, real in _outside_links(markdown, here, into_docs=True):
+        out.append(markdown[last:offset + m.start()])
+        last = offset + m.end()
+        rel = os.path.relpath(real.relative_to(DOCS).as_posix(),
+                              os.path.dirname(page.file.src_uri) or ".")
+        frag = m.group(3)[len(m.group(3).split("#")[0]):]
+        out.append(f"{m.group(1)}[{m.group(2)}]({Path(rel).as_posix()}{frag}{m.group(4)})")
     out.append(markdown[last:])
     return "".join(out)
 
