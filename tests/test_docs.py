@@ -9,6 +9,7 @@ links; the last test does the same when mkdocs is installed.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -194,3 +195,59 @@ def test_readme_board_figures_are_the_published_entries():
             assert (task, params, fig) in shown, f"README board: {task} {params} p {fig}"
             checked += 1
     assert checked >= 5
+
+
+def _board_tables():
+    spec = importlib.util.spec_from_file_location("arithsweep_board_tables",
+                                                  ROOT / "scripts" / "board_tables.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_board_tables_of_readme_and_the_docs_home_are_entries_json():
+    """README.md's and docs/index.md's board tables are generated from entries.json
+    (scripts/board_tables.py): after a `publish` the script rewrites them, and until then
+    this fails, naming the file."""
+    stale = _board_tables().stale_files()
+    assert not stale, (f"{[str(p.relative_to(ROOT)) for p in stale]}: the board tables differ "
+                       "from leaderboard/entries.json; run python scripts/board_tables.py")
+
+
+def test_every_board_table_row_links_to_its_run():
+    board = _board_tables()
+    runs = board.sections((ROOT / "docs" / "results.md").read_text(encoding="utf-8"))
+    for path, docs in board.FILES.items():
+        table = path.read_text(encoding="utf-8").split("<!-- board:", 1)[1].split(
+            "<!-- /board -->", 1)[0]
+        rows = [ln for ln in table.splitlines() if ln.startswith("| ") and "---" not in ln][1:]
+        assert rows and all(f"]({docs}results.md#" in ln for ln in rows), path
+    # every published entry has its section on the notable-runs page
+    index = json.loads((ROOT / "leaderboard" / "entries.json").read_text())
+    assert {e["id"] for e in index["entries"]} <= set(runs)
+
+
+def test_the_notable_runs_figures_are_their_entries():
+    """A four-decimal exact match in a docs/results.md section that names its entries is one
+    of those entries' verified figures, as the board prints it (rounded down)."""
+    from arithsweep.core.evaluation.stats import percent
+
+    index = json.loads((ROOT / "leaderboard" / "entries.json").read_text())
+    shown = {e["id"]: percent(e["exact_match"]) for e in index["entries"]}
+    text = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    checked = 0
+    for part in re.split(r"^(?=##+ )", text, flags=re.M):
+        heading = part.splitlines()[0] if part else ""
+        ids = [int(n) for names in re.findall(r"entr(?:y|ies) ([\d ,and]+)", heading)
+               for n in re.findall(r"\d+", names)]
+        for fig in re.findall(r"\d+\.\d{4}%", part) if ids else ():
+            assert fig in {shown.get(i) for i in ids}, f"results.md: {heading}: {fig}"
+            checked += 1
+    assert checked >= 10
+
+
+@pytest.mark.parametrize("page, most", [("results.md", 250), ("benchmarks.md", 200)])
+def test_reference_pages_stay_short(page, most):
+    n = len((ROOT / "docs" / page).read_text(encoding="utf-8").splitlines())
+    assert n < most, (f"docs/{page} has {n} lines (under {most}): histories belong beside "
+                      "their data under studies/ or in docs/changelog.md")
