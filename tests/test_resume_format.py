@@ -10,6 +10,7 @@ def test_resuming_a_search_made_by_an_older_version_is_one_clear_refusal(tmp_pat
 
     import pytest
 
+    from arithsweep.core.arithmetic import ARITHMETIC  # another: tests/test_arithmetic.py
     from arithsweep.core.errors import ConfigError
     from arithsweep.search.driver import SEARCH_FORMAT, _stored_options
     from arithsweep.search.options import SearchOptions
@@ -22,5 +23,6 @@ def test_resuming_a_search_made_by_an_older_version_is_one_clear_refusal(tmp_pat
         _stored_options(old, SearchOptions(resume="add3-old"))
     (old / "search.json").write_text(json.dumps({"name": "add3-old", "task": "add3",
                                                  "target": 0.99,
-                                                 "search_format": SEARCH_FORMAT}))
+                                                 "search_format": SEARCH_FORMAT,
+                                                 "arithmetic": ARITHMETIC}))
     assert _stored_options(old, SearchOptions(resume="add3-old"))["task"] == "add3"

@@ -6,7 +6,8 @@ included):
 
     basics        errors, numbers, yaml_loader, hashing, config (import the configs from
                   here), config_base, model_config, train_config, config_checks, native (builds
-                  and loads the C helpers): torch-free, used by every room
+                  and loads the C helpers), arithmetic (the version of training's floats, in
+                  every checkpoint and state): torch-free, used by every room
     data/         tasks, formats, sort_task, sampling, hash_sampling, mix, quirke
     model/        layers, weights, model, tiny_layout, checkpoint
     evaluation/   evaluate, stats, confirm, ood, inspect

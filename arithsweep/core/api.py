@@ -69,7 +69,7 @@ def train_job(
 
         # a bad start fails before training, not after
         if is_state_dir(train_cfg.init_from):
-            latest_state(train_cfg.init_from)
+            latest_state(train_cfg.init_from, continuing=False)  # only its weights start this
         else:
             load_checkpoint(train_cfg.init_from)
     bar = _progress(progress)

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from arithsweep import __version__
+from arithsweep.core.arithmetic import ARITHMETIC, state_refused, version_of
 from arithsweep.core.config import TrainConfig
 from arithsweep.core.errors import ArithsweepError, ConfigError
 from arithsweep.search import cluster, plan
@@ -219,7 +220,7 @@ def _record(s: _Search) -> None:
         "trials": s.trials,  # the cap it ran under (a resume without -n keeps it)
         "command": opts.command, "from_entry": _from_entry_record(s.start),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "arithsweep_version": __version__,
-        "search_format": SEARCH_FORMAT})
+        "arithmetic": ARITHMETIC, "search_format": SEARCH_FORMAT})
     if s.start is not None:  # the starting incumbent, kept like any verified one
         from arithsweep.search.incumbent import save_verified
 
@@ -364,6 +365,8 @@ def _stored_options(sdir: Path, opts: SearchOptions) -> dict[str, Any]:
             f"{made}) and this is {__version__} (format {SEARCH_FORMAT}), whose pickled Tune "
             f"state and spaces differ; start a new search (its verified entries stay on the "
             f"leaderboard)")
+    if version_of(stored) != ARITHMETIC:  # its trials' states would go on with other floats
+        raise ConfigError(state_refused(f"cannot resume {sdir.name!r}", version_of(stored)))
     for key, given in (("task", opts.task), ("target", opts.target)):
         if given is not None and given != stored.get(key):
             raise ConfigError(f"cannot resume {sdir.name!r} with {key}={given!r}: it was "

@@ -5,8 +5,12 @@ A checkpoint is a directory:
     model.safetensors   one member's tensors, keys = ArithTransformer parameter names, no seed dim
     config.json         {"format": "arithsweep-checkpoint", "format_version": 1, "task": "add3",
                          "format_name": "pad,revans,fwdops,delim", "model": {ModelConfig},
-                         "train": {TrainConfig} | null, "metrics": {...}, "meta": {...},
+                         "train": {TrainConfig} | null, "metrics": {...},
+                         "meta": {..., "arithmetic": 2},
                          "weights_sha256": "<hex of model.safetensors>"}
+
+meta.arithmetic is the version of training's arithmetic that made the weights
+(core.arithmetic, which names the commit that retrains them); a checkpoint without it: 1.
 
 Third-party checkpoints in this format load the same way (`train`, `metrics`, `meta` and
 `weights_sha256` are optional). Loading checks the file is safetensors, the hash, and every
@@ -31,6 +35,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from arithsweep import __version__
+from arithsweep.core.arithmetic import ARITHMETIC, version_of
+from arithsweep.core.arithmetic import FIELD as ARITH_FIELD
 from arithsweep.core.config import LEGACY_TRAIN_DEFAULTS, TrainConfig
 from arithsweep.core.data.tasks import Task, get_task
 from arithsweep.core.errors import ArithsweepError, CheckpointError
@@ -58,6 +64,12 @@ class Checkpoint:
     params: int  # unique parameters recomputed from the loaded tensors
     metrics: dict[str, Any] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def arithmetic(self) -> int:
+        """The version of training's arithmetic that made it (core.arithmetic); 1 for a
+        checkpoint saved before the field."""
+        return version_of(self.meta)
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -92,7 +104,9 @@ def save_checkpoint(
         "model": model.cfg.to_dict(),
         "train": train_cfg.to_dict() if train_cfg else None,
         "metrics": metrics or {},
-        "meta": {**(meta or {}), "params": count_params(model)},
+        # only training saves checkpoints: the weights are this arithmetic's (over a copied
+        # meta's, e.g. a finished model's start's), which names the commit that retrains them
+        "meta": {**(meta or {}), "params": count_params(model), ARITH_FIELD: ARITHMETIC},
         "weights_sha256": digest,
     }
     _write_config(path, doc)

@@ -7,7 +7,8 @@ every `checkpoint_seconds` of wall time) and when a run stops:
                                    count, Grokfast EMA, alive/running masks, the loss sums,
                                    each proposal's best member state, mined polish errors,
                                    each generator's state (data streams, abacus offsets, torch)
-    state-0000012000.json          everything else: format and arithsweep version, the configs,
+    state-0000012000.json          everything else: format, arithsweep and arithmetic version
+                                   (core.arithmetic; a state without it: 1), the configs,
                                    the step, each proposal's history, best step and seed, stop
                                    reason, the data streams' positions, the caller's own state
                                    (the search trial's plateau counters...), and the sha256 of
@@ -39,6 +40,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from arithsweep import __version__
+from arithsweep.core.arithmetic import ARITHMETIC, state_refused, version_of
+from arithsweep.core.arithmetic import FIELD as ARITH_FIELD
 from arithsweep.core.errors import CheckpointError
 from arithsweep.core.hashing import sha256_file
 
@@ -109,6 +112,7 @@ def write_state(d: str | Path, step: int, tensors: dict[str, torch.Tensor],
     _fsync_write(weights, lambda p: save_file(flat, str(p)))
     full = {"format": STATE_FORMAT, "state_version": STATE_VERSION,
             "arithsweep_version": __version__, "step": int(step), **doc,
+            ARITH_FIELD: ARITHMETIC,  # what a resume checks: the floats it would go on with
             "tensors_file": weights.name, "tensors_sha256": sha256_file(weights)}
     text = json.dumps(full, indent=1, sort_keys=True)  # NaN stays NaN: Python reads it back
     path = d / f"{stem}.json"
@@ -124,9 +128,12 @@ def write_state(d: str | Path, step: int, tensors: dict[str, torch.Tensor],
     return path
 
 
-def latest_state(d: str | Path) -> RunState | None:
+def latest_state(d: str | Path, continuing: bool = True) -> RunState | None:
     """The newest complete state in `d`, or None if there is none. A state of another format,
-    state version or arithsweep version is refused with a CheckpointError naming why."""
+    state version or arithsweep version is refused with a CheckpointError naming why, and so
+    is one of another arithmetic version when the run is `continuing` it (a resume), which
+    would go on with other floats; a new run that only starts from its weights or moments
+    (init_from) is not continuing it."""
     d = Path(d).absolute()
     if not d.is_dir():
         return None
@@ -136,7 +143,7 @@ def latest_state(d: str | Path) -> RunState | None:
             doc = json.loads(path.read_text())
         except (OSError, ValueError):
             continue  # a torn write cannot happen (rename), but a hand-edited file can
-        _check_doc(path, doc)
+        _check_doc(path, doc, continuing)
         weights = d / str(doc.get("tensors_file", ""))
         if not weights.is_file() or sha256_file(weights) != doc.get("tensors_sha256"):
             continue
@@ -148,7 +155,7 @@ def latest_state(d: str | Path) -> RunState | None:
     return None
 
 
-def _check_doc(path: Path, doc: dict[str, Any]) -> None:
+def _check_doc(path: Path, doc: dict[str, Any], continuing: bool) -> None:
     if doc.get("format") != STATE_FORMAT:
         raise CheckpointError(f"{path}: not an arithsweep training state")
     if doc.get("state_version") != STATE_VERSION:
@@ -158,6 +165,8 @@ def _check_doc(path: Path, doc: dict[str, Any]) -> None:
         raise CheckpointError(f"{path}: written by arithsweep {doc.get('arithsweep_version')}, "
                               f"this is {__version__}; a run resumes bit for bit only with "
                               f"the version that started it")
+    if continuing and version_of(doc) != ARITHMETIC:
+        raise CheckpointError(state_refused(str(path), version_of(doc)))
 
 
 # TrainConfig fields added after states were first written, at their defaults: a state
@@ -237,7 +246,7 @@ def start_members_from_state(model: Any, path: str | Path) -> int:
     another schedule (tbukic's cosine phase, then its Grokfast phase), member i from member i.
     Only the weights: moments, Grokfast average, decay drops and data start afresh. The
     state's architecture and member count must be the model's. Returns the state's step."""
-    state = latest_state(path)
+    state = latest_state(path, continuing=False)
     if state is None:
         raise CheckpointError(f"init_from {path}: no training state in it")
     if state.doc.get("model") != model.cfg.to_dict():
@@ -264,7 +273,7 @@ def carry_moments(opt: Any, grokfast: Any, path: str | Path) -> None:
     if not is_state_dir(path):
         raise CheckpointError(f"init_from {path}: init_moments needs a run's state folder "
                               f"(<out>/resume), not a checkpoint")
-    state = latest_state(path)
+    state = latest_state(path, continuing=False)
     if state is None:
         raise CheckpointError(f"init_from {path}: no training state in it")
     t = sub(state.tensors, "opt.")
@@ -280,18 +289,19 @@ def carry_moments(opt: Any, grokfast: Any, path: str | Path) -> None:
 
 def state_origin(init_from: str | None) -> dict[str, Any]:
     """{"init_from_state": ...} for a run that began from every member's state in another run's
-    state folder (`init_from` = `<out>/resume`): that run's step, task, format, model and train
-    config, from the state's own job, so that a checkpoint says how its start retrains (the
-    state itself is not a checkpoint: publish cannot copy it). {} for anything else, or when the
-    state is gone or holds no job (a search trial's)."""
+    state folder (`init_from` = `<out>/resume`): that run's step, arithmetic, task, format,
+    model and train config, from the state's own job, so that a checkpoint says how its start
+    retrains (the state itself is not a checkpoint: publish cannot copy it). {} for anything
+    else, or when the state is gone or holds no job (a search trial's)."""
     if not init_from or not is_state_dir(init_from):
         return {}
     try:
-        state = latest_state(init_from)
+        state = latest_state(init_from, continuing=False)
     except CheckpointError:
         return {}
     job = ((state.doc.get("extra") or {}).get("job") or {}) if state is not None else {}
     if not isinstance(job.get("train"), dict):
         return {}
-    return {"init_from_state": {"step": state.step, **{k: job[k] for k in (
+    return {"init_from_state": {"step": state.step, ARITH_FIELD: version_of(state.doc),
+                                **{k: job[k] for k in (
         "task", "format", "model", "train") if k in job}}}

@@ -1,0 +1,100 @@
+"""The version of training's arithmetic: which floats a seed trains to, and which commit gives
+them again.
+
+"Deterministic" has a stated reach (docs/training.md#where-the-same-seed-gives-the-same-weights):
+for one version of this arithmetic, the same configuration and seed give the same weights. A
+change that moves any float of training (the order of a sum, how a batch is split, a kernel's
+rounding) is a new version: it bumps ARITHMETIC and adds a row to VERSIONS. Every checkpoint
+training saves records the version (config.json's meta.arithmetic), every training state too,
+and a state of another version is refused rather than continued with other floats. A checkpoint
+or state without the field was trained with version 1, the arithmetic before the field.
+
+Torch-free: the board's listing (`arithsweep leaderboard`, publish) says it for each entry.
+
+    python -c "from arithsweep.core.arithmetic import ARITHMETIC, retrains; \\
+        print(ARITHMETIC, retrains({'meta': {'repeats': 'a machine of the same kind'}}))"
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# 1: every commit before 3bb0c50. Within it, only checkpoints from 4d71828 on (meta.repeats)
+#    repeat bit for bit: earlier builds left the kernel's fused multiply-adds to the compiler.
+# 2: 3bb0c50 on. A member trains to the same bits alone and in any pack: the clipping norm is
+#    summed in an order set by the parameters' sizes (train.member_sq_norms), no longer by
+#    torch's reduction over (parameters, members), and micro_batch splits each member's own
+#    batch (0: none) instead of ~1024 rows of the whole pack on a CPU. Runs whose clip acted,
+#    and reference-layout CPU runs of >= 2048 rows a step, train to other floats than in 1.
+ARITHMETIC = 2
+FIELD = "arithmetic"  # its key in a checkpoint's meta and in a training state
+
+
+@dataclass(frozen=True)
+class Version:
+    first: str | None  # its first commit (None: the first version)
+    last: str | None  # its last commit (None: still the current version)
+    # the commit named for retraining its checkpoints bit for bit: one where a published
+    # entry's commands were run again to the same weights, else its last commit (which has
+    # every feature a config of that version may use)
+    retrain: str | None
+
+
+# Bumping ARITHMETIC: give the old version its last commit (and retrain commit), add the new one
+VERSIONS = {
+    1: Version(first=None, last="970b2be", retrain="8d8bf16"),  # entry 60's commands, checked
+    2: Version(first="3bb0c50", last=None, retrain=None),
+}
+
+
+def version_of(doc: dict[str, Any] | None) -> int:
+    """The arithmetic version a checkpoint's meta or a training state's doc records; 1 for one
+    written before the field (and for anything that is not a whole number)."""
+    v = (doc or {}).get(FIELD, 1)
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else 1
+
+
+def retrain_commit(version: int) -> str | None:
+    """The commit that trains `version`'s floats: None for this arithsweep's own version (any
+    commit of it does) and for a version newer than this arithsweep knows."""
+    known = VERSIONS.get(version)
+    if known is None or version == ARITHMETIC:
+        return None
+    return known.retrain or known.last
+
+
+def at_commit(version: int) -> str:
+    """"retrains bit for bit at commit C (how to get C)" for a checkpoint of `version`."""
+    if version not in VERSIONS:
+        return (f"newer than this arithsweep's {ARITHMETIC}: retrains bit for bit with the "
+                f"arithsweep that trained it")
+    commit = retrain_commit(version)
+    if commit is None:  # this version: named by its first commit, any later one of it does
+        return (f"retrains bit for bit at any commit of arithmetic {version} "
+                f"(from {VERSIONS[version].first} on)")
+    return (f"retrains bit for bit at commit {commit} (`git checkout {commit}` or "
+            f"`pip install git+<repo>@{commit}`)")
+
+
+def retrains(config: dict[str, Any]) -> str:
+    """For a checkpoint's config.json: its arithmetic and the commit that retrains it bit for
+    bit, in words (LEADERBOARD.md and `arithsweep show` print it). One trained before the
+    kernel's rounding was pinned (no meta.repeats) retrains at no commit bit for bit."""
+    meta = config.get("meta") if isinstance(config.get("meta"), dict) else {}
+    v = version_of(meta)
+    if not meta.get("repeats"):
+        return (f"arithmetic {v}, trained before the kernel's rounding was pinned: no commit "
+                f"retrains it bit for bit")
+    return f"arithmetic {v}, {at_commit(v)}"
+
+
+def state_refused(what: str, version: int) -> str:
+    """The one line that refuses to continue a state (or a search) of another version: at its
+    version's last commit, whose code has every feature a run of that version may use."""
+    known = VERSIONS.get(version)
+    commit = known.last if known is not None and version != ARITHMETIC else None
+    where = (f"continue it at commit {commit} (git checkout {commit})" if commit else
+             "continue it with the arithsweep that wrote it")
+    return (f"{what}: written with arithmetic {version}, and this arithsweep trains with "
+            f"arithmetic {ARITHMETIC}, whose floats differ; {where}, or start it afresh")

@@ -1,0 +1,130 @@
+"""Versioned arithmetic (core/arithmetic.py): every checkpoint and training state records the
+version of training's arithmetic that made it; a state of another version is refused in one
+line instead of being continued with other floats (a new run may still start from its weights);
+a checkpoint without the field is version 1.
+
+    .venv/bin/python -m pytest tests/test_arithmetic.py -q -n 0
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import run  # tests/ is on sys.path (rootdir import mode)
+
+from arithsweep.core.arithmetic import ARITHMETIC, VERSIONS, retrains, version_of
+from arithsweep.core.errors import CheckpointError, ConfigError
+from arithsweep.core.model.checkpoint import load_checkpoint
+from arithsweep.core.training.resume import latest_state
+
+REPO = Path(__file__).resolve().parents[1]
+BOARD = REPO / "leaderboard"
+RECORD = "add10-36-424351b3"  # entry 60: its commands retrained bit for bit at 8d8bf16
+NET = ["--task", "add2", "--d-model", 8, "--heads", 2, "--d-ff", 8, "--seeds", 2]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """A short add2 run's folder (config.json, resume/ with its final state), trained once
+    through the CLI in this process (a module fixture has no capsys for helpers.run)."""
+    from arithsweep.cli.app import main
+
+    out = tmp_path_factory.mktemp("arith") / "a"
+    old = sys.argv
+    sys.argv = ["arithsweep", "train", *map(str, NET), "--steps", "40", "--lr", "0.02",
+                "--out", str(out), "--set", "eval_every=20"]
+    try:
+        main()
+    except SystemExit as e:
+        assert not e.code, e.code
+    finally:
+        sys.argv = old
+    return out
+
+
+def _state_json(out: Path) -> Path:
+    return sorted((out / "resume").glob("state-*.json"))[-1]
+
+
+def _as_version(out: Path, version: int | None) -> None:
+    """Rewrite the run's state as one written with `version` (None: before the field). The
+    tensors' sha256 is of the tensors file, so the state stays complete."""
+    path = _state_json(out)
+    doc = json.loads(path.read_text())
+    doc.pop("arithmetic", None)
+    if version is not None:
+        doc["arithmetic"] = version
+    path.write_text(json.dumps(doc))
+
+
+def _copy(run_dir: Path, dst: Path) -> Path:
+    shutil.copytree(run_dir, dst)
+    return dst
+
+
+def test_checkpoints_and_states_record_the_arithmetic(trained):
+    meta = json.loads((trained / "config.json").read_text())["meta"]
+    assert meta["arithmetic"] == ARITHMETIC
+    assert load_checkpoint(trained).arithmetic == ARITHMETIC
+    assert json.loads(_state_json(trained).read_text())["arithmetic"] == ARITHMETIC
+    assert latest_state(trained / "resume").doc["arithmetic"] == ARITHMETIC
+    # this version's published text names its first commit, any later one of it retrains it
+    assert retrains({"meta": meta}) == (f"arithmetic {ARITHMETIC}, retrains bit for bit at any "
+                                        f"commit of arithmetic {ARITHMETIC} (from "
+                                        f"{VERSIONS[ARITHMETIC].first} on)")
+
+
+def test_a_checkpoint_without_the_field_is_version_1(tmp_path):
+    ck = load_checkpoint(_copy(BOARD / "checkpoints" / RECORD, tmp_path / "old"))
+    assert "arithmetic" not in ck.meta and ck.arithmetic == 1
+    assert version_of({}) == version_of(None) == version_of({"arithmetic": "2"}) == 1
+
+
+@pytest.mark.parametrize("version", [None, 1, ARITHMETIC + 1])
+def test_resuming_a_state_of_another_arithmetic_is_one_line(trained, tmp_path, version):
+    out = _copy(trained, tmp_path / "run")
+    _as_version(out, version)
+    done = subprocess.run([sys.executable, "-m", "arithsweep", "train", "--resume", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode != 0 and len(lines) == 1 and "Traceback" not in done.stderr, \
+        done.stderr
+    old = version or 1
+    assert f"written with arithmetic {old}" in lines[0]
+    assert f"trains with arithmetic {ARITHMETIC}" in lines[0]
+    # a version-1 state names the commit to go on with; a newer one, its own arithsweep
+    assert ("git checkout 970b2be" in lines[0]) == (old == 1), lines[0]
+    with pytest.raises(CheckpointError, match="whose floats differ"):
+        latest_state(out / "resume")
+
+
+def test_a_new_run_may_start_from_another_arithmetics_state(trained, tmp_path, capsys):
+    """init_from takes only a state's weights (or moments): a new run with this arithmetic,
+    whose checkpoint records the earlier run's."""
+    a = _copy(trained, tmp_path / "a")
+    _as_version(a, 1)
+    assert latest_state(a / "resume", continuing=False).step == 40
+    code, _, err = run(capsys, "train", *NET, "--steps", 20, "--lr", 0.001, "--init-from",
+                       a / "resume", "--set", "warmup=0", "--out", tmp_path / "b")
+    assert code == 0, err
+    b = json.loads((tmp_path / "b" / "config.json").read_text())
+    assert b["meta"]["arithmetic"] == ARITHMETIC and b["meta"]["init_from_state"]["arithmetic"] == 1
+
+
+def test_resuming_a_search_of_another_arithmetic_is_refused(tmp_path):
+    from arithsweep.search.driver import SEARCH_FORMAT, _stored_options
+    from arithsweep.search.options import SearchOptions
+
+    sdir = tmp_path / "add3-s"
+    sdir.mkdir()
+    meta = {"name": "add3-s", "task": "add3", "target": 0.99, "search_format": SEARCH_FORMAT}
+    (sdir / "search.json").write_text(json.dumps(meta))  # written before the field: 1
+    with pytest.raises(ConfigError, match=r"'add3-s': written with arithmetic 1.*970b2be"):
+        _stored_options(sdir, SearchOptions(resume="add3-s"))
+    (sdir / "search.json").write_text(json.dumps({**meta, "arithmetic": ARITHMETIC}))
+    assert _stored_options(sdir, SearchOptions(resume="add3-s"))["task"] == "add3"
