@@ -12,6 +12,14 @@
   breakdowns by carry class, operand lengths, answer length and Quirke class (each with its
   own exact match, failures and nines).
 
+At a target of six nines (0.999999) or above, suite "v2+1M-per-op": Quirke counts a mixed
+model's nines on each operation, and one failure in 10^6 needs 10^6 problems of each, where v2
+holds ~570K of each for mix6. The v2 problems, then, from the same generator, each operation
+topped up to PER_OP distinct held-out problems (core/evaluation/per_op.py: a quarter
+Quirke-enriched, answers near zero for subtraction, the rest uniform over values and operand
+lengths), none repeating an earlier one; a task whose operations each have at most PER_OP
+problems (mix3) is checked on every one of them instead, as every task of at most 10^6 is.
+
 Suite v1 was the same without the enriched part and with a lengths part that could repeat
 random problems; entries verified with it keep "v1" as their suite name.
 
@@ -30,9 +38,10 @@ import torch
 from arithsweep import __version__
 from arithsweep.core.data.quirke import class_names, enriched_sample, supported
 from arithsweep.core.data.sampling import _distinct
-from arithsweep.core.data.tasks import Task
+from arithsweep.core.data.tasks import OP_NAMES, Task
 from arithsweep.core.errors import ArithsweepError, ConfigError
 from arithsweep.core.evaluation.evaluate import breakdown, exact_match, greedy_decode
+from arithsweep.core.evaluation.per_op import every_problem, op_sample, per_op_size
 from arithsweep.core.model.checkpoint import START, Checkpoint, load_checkpoint
 from arithsweep.leaderboard.provenance import (
     PROVENANCE,
@@ -56,6 +65,7 @@ PER_CASCADE = 1000  # problems per cascade length in the stress part
 ENRICHED_PER_CLASS = 2000  # Quirke-enriched problems per class (add10: 6 classes, mix10: 15)
 SHOW_FAILURES = 10
 CHUNK = 50_000
+SUITE_PER_OP = f"{SUITE}+1M-per-op"  # v2 with each operation topped up to PER_OP problems
 
 
 def _cascades(task: Task, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
@@ -100,14 +110,26 @@ def _lengths_part(task: Task, gen: torch.Generator,
     return part
 
 
-def build_suite(task: Task) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
-    """Problems of suite v2 for `task`: (a, b, op, seed)."""
+def build_suite(task: Task, target: float = TARGET,
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """Problems of the suite for `task` at `target`: (a, b, op, seed); see `suite_for`."""
+    return suite_for(task, target)[:4]
+
+
+def suite_for(task: Task, target: float = TARGET,
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, str]:
+    """Problems of the suite for `task` at `target` and its name: (a, b, op, seed, suite).
+    Suite v2, or at six nines v2 with every operation topped up to PER_OP problems."""
     if task.op == "sort":  # sorting has its own cases (ties, sorted, reversed): see sort_task
         from arithsweep.core.data.sort_task import sort_suite
 
-        return sort_suite(task)
+        return (*sort_suite(task), SUITE)
+    need = per_op_size(target)
+    if need and 100**task.n_digits <= need:  # each operation fits whole: check every problem
+        name = SUITE if task.n_problems <= EXHAUSTIVE_MAX else SUITE_PER_OP
+        return (*every_problem(task), 0, name)
     if task.n_problems <= EXHAUSTIVE_MAX:
-        return (*task.enumerate_all(), 0)
+        return (*task.enumerate_all(), 0, SUITE)
     gen = torch.Generator().manual_seed(SUITE_SEED)
     ra, rb, rop = task.sample(RANDOM_SIZE, gen, "values", split="holdout")
     parts = [(ra, rb, rop), _lengths_part(task, gen, (ra, rb, rop))]
@@ -118,7 +140,19 @@ def build_suite(task: Task) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, i
         n_enriched = ENRICHED_PER_CLASS * len(class_names(task))
         parts.append(enriched_sample(task, n_enriched, gen, split="holdout", exclude=seen))
     a, b, op = (torch.cat(p) for p in zip(*parts, strict=True))
-    return a, b, op, SUITE_SEED
+    name, have = SUITE, torch.zeros(0)
+    if need:  # distinct problems count: the cascade part and the edge cases may repeat others
+        have = torch.bincount(op[_distinct(a, b, op)], minlength=max(task.op_codes) + 1)
+    for code in task.op_codes if need else ():
+        short = need - int(have[code])
+        if short > 0:  # the same generator goes on, so the v2 part stays v2's problems
+            more = op_sample(task, code, short, gen, exclude=(a, b, op))
+            if more[0].numel() < short:
+                raise ConfigError(f"{task.name}: only {int(have[code]) + more[0].numel():,} "
+                                  f"held-out {OP_NAMES[code]} problems for a suite of {need:,}")
+            a, b, op = (torch.cat(p) for p in zip((a, b, op), more, strict=True))
+            name = SUITE_PER_OP
+    return a, b, op, SUITE_SEED, name
 
 
 def reproduce_command(ck: Checkpoint) -> str:
@@ -141,12 +175,13 @@ def verify(
     progress: Callable[[int, int], None] | None = None,
     device: str = "cpu",
 ) -> VerificationReport:
-    """Run suite v2 on a checkpoint (path or loaded Checkpoint) and report; never records."""
+    """Run the suite for `target` on a checkpoint (path or loaded Checkpoint) and report
+    (suite v2, or v2+1M-per-op at six nines); never records."""
     if not (0 < target <= 1):
         raise ConfigError(f"target {target}: must be in (0, 1]")
     ck = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
     task, model = ck.task, ck.model.to(device)
-    a, b, op, seed = build_suite(task)
+    a, b, op, seed, suite = suite_for(task, target)
     n = a.numel()
     ok_parts = []
     for start in range(0, n, CHUNK):
@@ -175,7 +210,7 @@ def verify(
         nines=nines(n_fail, n), wilson_lower=wilson_lower(n - n_fail, n),
         **{k: {name: {"n": v[0], "correct": v[1]} for name, v in d.items()}
            for k, d in parts.items()},
-        suite=SUITE, suite_seed=seed, suite_size=n,
+        suite=suite, suite_seed=seed, suite_size=n,
         sha256=ck.sha256, checkpoint_path=str(ck.path),
         architecture=ck.model_cfg.summary(), model_config=ck.model_cfg.to_dict(),
         train_config=ck.train_cfg.to_dict() if ck.train_cfg else {},

@@ -6,7 +6,8 @@
   of K seeds can be Bonferroni-corrected (alpha / K);
 - `percent`: exact match as shown everywhere, 4 decimals rounded down (never a false 100%);
 - `nines`: Quirke's tiers ("at most 1 failure per 10**6 problems = six nines"), counted with
-  integers only so that float rounding can never award a tier.
+  integers only so that float rounding can never award a tier;
+- `per_operation`: a mixed task's failures and nines on each operation, in one line.
 
 Pure standard library: `arithsweep leaderboard` imports it without torch.
 
@@ -79,6 +80,21 @@ def percent(x: float | None) -> str:
 _BREAKDOWN_NAMES = {"by_lengths": "operand lengths {k}",
                     "by_answer_len": "{k}-digit answers", "by_class": "Quirke class {k}",
                     "by_special": "{k}", "by_op": "operation {k}"}
+
+
+def per_operation(by_op: dict[str, Any] | None, target: Any = None) -> dict[str, str]:
+    """A mixed task's headline per operation for `show` and `verify`, {"by operation": "add 0
+    failures in 566,209 (5 nines); sub ..."}, naming an operation below `target`: Quirke counts
+    a mix model's nines on each, and an entry qualifies only when each reaches the target.
+    Empty for one operation, or an entry stored before the breakdown by operation existed.
+    `by_op` maps each operation to {"n": problems, "correct": correct}."""
+    parts = []
+    for name, b in (by_op or {}).items():
+        n, correct = int(b["n"]), int(b["correct"])
+        below = isinstance(target, int | float) and n > 0 and correct / n < target
+        parts.append(f"{name} {n - correct:,} failures in {n:,} ({nines(n - correct, n)} nines"
+                     f"{', below the target' if below else ''})")
+    return {"by operation": "; ".join(parts)} if parts else {}
 
 
 def class_health(breakdown: dict[str, dict[str, Any]], min_problems: int = 10,
