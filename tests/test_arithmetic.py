@@ -1,7 +1,8 @@
 """Versioned arithmetic (core/arithmetic.py): every checkpoint and training state records the
 version of training's arithmetic that made it; a state of another version is refused in one
 line instead of being continued with other floats (a new run may still start from its weights);
-a checkpoint without the field is version 1.
+a checkpoint without the field is version 1; each published entry names its version and the
+commit that retrains it bit for bit, in entries.json, LEADERBOARD.md and `arithsweep show`.
 
     .venv/bin/python -m pytest tests/test_arithmetic.py -q -n 0
 """
@@ -9,6 +10,7 @@ a checkpoint without the field is version 1.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -25,6 +27,8 @@ from arithsweep.core.training.resume import latest_state
 REPO = Path(__file__).resolve().parents[1]
 BOARD = REPO / "leaderboard"
 RECORD = "add10-36-424351b3"  # entry 60: its commands retrained bit for bit at 8d8bf16
+V1 = "arithmetic 1, retrains bit for bit at commit 8d8bf16 (`git checkout 8d8bf16` or " \
+     "`pip install git+<repo>@8d8bf16`)"
 NET = ["--task", "add2", "--d-model", 8, "--heads", 2, "--d-ff", 8, "--seeds", 2]
 
 
@@ -105,7 +109,9 @@ def test_resuming_a_state_of_another_arithmetic_is_one_line(trained, tmp_path, v
 
 def test_a_new_run_may_start_from_another_arithmetics_state(trained, tmp_path, capsys):
     """init_from takes only a state's weights (or moments): a new run with this arithmetic,
-    whose checkpoint records the earlier run's."""
+    whose checkpoint says the earlier run retrains at its own version's commit."""
+    from arithsweep.leaderboard.provenance import state_chain
+
     a = _copy(trained, tmp_path / "a")
     _as_version(a, 1)
     assert latest_state(a / "resume", continuing=False).step == 40
@@ -114,6 +120,9 @@ def test_a_new_run_may_start_from_another_arithmetics_state(trained, tmp_path, c
     assert code == 0, err
     b = json.loads((tmp_path / "b" / "config.json").read_text())
     assert b["meta"]["arithmetic"] == ARITHMETIC and b["meta"]["init_from_state"]["arithmetic"] == 1
+    said = " ".join(state_chain(b, "b", "It"))
+    assert "the earlier one with arithmetic 1, which retrains bit for bit at commit 8d8bf16" \
+        in said
 
 
 def test_resuming_a_search_of_another_arithmetic_is_refused(tmp_path):
@@ -128,3 +137,35 @@ def test_resuming_a_search_of_another_arithmetic_is_refused(tmp_path):
         _stored_options(sdir, SearchOptions(resume="add3-s"))
     (sdir / "search.json").write_text(json.dumps({**meta, "arithmetic": ARITHMETIC}))
     assert _stored_options(sdir, SearchOptions(resume="add3-s"))["task"] == "add3"
+
+
+def test_each_published_entry_names_its_arithmetic_and_commit():
+    """entries.json holds what publish writes from each published config.json; entry 60
+    retrains at 8d8bf16 (LEADERBOARD.md says so above its command); the entries trained
+    before the rounding was pinned still say a retrain trains other floats."""
+    from arithsweep.leaderboard.published import arithmetic_fields, read_index
+
+    md = (BOARD / "LEADERBOARD.md").read_text()
+    sections = {s.split("\n", 1)[0].rsplit(" ", 1)[-1]: s for s in md.split("\n## ")[1:]}
+    for e in read_index(BOARD):
+        config = json.loads((BOARD / e["checkpoint"] / "config.json").read_text())
+        assert {k: e[k] for k in ("arithmetic", "retrain_commit", "retrains")} == \
+            arithmetic_fields(config)
+        section = sections[e["sha256"][:8]]
+        if e["retrain_commit"]:
+            assert e["retrains"] in section
+        else:
+            assert "other floats" in section and e["retrains"].startswith("arithmetic 1, ")
+    record = next(e for e in read_index(BOARD) if e["id"] == 60)
+    assert (record["arithmetic"], record["retrain_commit"], record["retrains"]) == \
+        (1, "8d8bf16", V1)
+
+
+def test_show_says_how_to_get_the_commit(tmp_path):
+    shutil.copytree(BOARD, tmp_path / "leaderboard",
+                    ignore=shutil.ignore_patterns("pictures", "leaderboard.db*"))
+    env = {**{k: v for k, v in os.environ.items() if k != "ARITHSWEEP_DB"}, "COLUMNS": "300"}
+    done = subprocess.run([sys.executable, "-m", "arithsweep", "show", "60"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    assert V1 in done.stdout.replace("\n", " ")

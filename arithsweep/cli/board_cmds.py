@@ -262,14 +262,16 @@ def show(
     command; for a published entry what its publication holds, marked published."""
     from arithsweep.cli import render as tables
     from arithsweep.leaderboard.entry_lookup import entry_row
+    from arithsweep.leaderboard.published import retrains_of, source_cell
 
     row = entry_row(entry, db)
     if as_json:
         return print_json(row)
+    # with the arithmetic and the commit its reproduce command needs (core.arithmetic)
+    retrains = retrains_of(row)
     if row["source"] != "published":
-        return out.print(tables.entry_detail(row))
-    from arithsweep.leaderboard.published import source_cell
-
+        out.print(tables.entry_detail(row))
+        return out.print(retrains, highlight=False) if retrains else None
     # a publication holds no recording date, and a failing checkpoint no rank: "-", not None
     out.print(tables.entry_detail({**row, "rank": row.get("rank") or "-",
                                    "created_at": row.get("created_at") or "-"}))
@@ -282,6 +284,8 @@ def show(
               + (f"; not in the publication: {', '.join(missing)}" if missing else "")
               + f"; re-measure with: arithsweep verify {row.get('checkpoint_path')}",
               highlight=False)
+    if retrains:
+        out.print(retrains, highlight=False)
 
 
 def export(

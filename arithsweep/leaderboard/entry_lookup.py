@@ -85,8 +85,8 @@ def entry_row(ref: str, db_url: str | None = None, what: str | None = None) -> d
     A local row is marked source "local"; a published one source "published" with its
     weights' sha256 checked now (sha256_ok, status: a failing one is returned, never hidden;
     the caller decides), its rank on the board `arithsweep leaderboard` lists, its "seeds
-    reached" and `index` (the entries.json it is in). Raises NotAnEntry, NoSuchEntry or an
-    ambiguity (`what` names REF in it), each one line."""
+    reached", "retrains" (its arithmetic and commit) and `index` (the entries.json it is in).
+    Raises NotAnEntry, NoSuchEntry or an ambiguity (`what` names REF in it), each one line."""
     from arithsweep.leaderboard import published as pub
     from arithsweep.leaderboard.board import open_db
 
@@ -116,9 +116,9 @@ def entry_row(ref: str, db_url: str | None = None, what: str | None = None) -> d
                           f"{db.where} nor in {index}")
     ranks = {r.get("sha256"): r["rank"] for r in pub.merge(local, shown, all=True)
              if r["source"] == "published"}
-    seeds = {e["sha256"]: e.get("seeds_reached") for e in pub.read_index(folder)}
-    return {**row, "rank": ranks.get(row["sha256"]), "seeds_reached": seeds.get(row["sha256"]),
-            "index": index}
+    kept = {e["sha256"]: e for e in pub.read_index(folder)}.get(row["sha256"], {})
+    return {**row, "rank": ranks.get(row["sha256"]), "seeds_reached": kept.get("seeds_reached"),
+            "retrains": kept.get("retrains"), "index": index}
 
 
 def entry_checkpoint(target: str, db_url: str | None = None) -> tuple[Path, dict | None]:

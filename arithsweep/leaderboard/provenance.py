@@ -33,6 +33,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from arithsweep.core.arithmetic import at_commit, version_of
+
 # where a search keeps what it finds, not what it finds: a path of the machine that ran it,
 # which a reader's copy of the command would trip over
 STORAGE_OPTIONS = ("--db", "--root", "--mlflow-uri")
@@ -372,8 +374,13 @@ def state_chain(config: dict[str, Any], folder: str, who: str) -> list[str]:
              *set_args(back), "--out", "first"]
     then = ["arithsweep", "train", "--config", cfg, "--init-from", "first/resume",
             "--out", "then"]
+    # a state of another arithmetic only started this run's weights (resume.latest_state):
+    # its run retrains at its own version's commit
+    v = version_of(origin)
+    other = ("" if v == version_of(meta) else
+             f" (the earlier one with arithmetic {v}, which {at_commit(v)})")
     return ["", f"{who} began from every seed's own training state at step "
             f"{origin.get('step')} of an earlier run: a state, which is not published (the "
             "`init_from` of its config.json is where it lay on the machine that trained it). "
-            "Both runs retrain from that config.json, the earlier one first:",
+            f"Both runs retrain from that config.json, the earlier one first{other}:",
             "", "```sh", shlex.join(first), shlex.join(then), "```"]

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from arithsweep import __version__
+from arithsweep.core.arithmetic import retrain_commit, retrains, version_of
 from arithsweep.core.errors import ArithsweepError
 from arithsweep.core.hashing import sha256_file
 from arithsweep.leaderboard.tables import COLUMNS, _md_table, cells
@@ -39,13 +40,15 @@ INDEX_VERSION = 1
 WEIGHTS = "model.safetensors"
 # What an index entry holds, in this order: a leaderboard row's fields (`checkpoint` relative
 # to the published folder instead of one machine's absolute path) plus LEADERBOARD.md's
-# "seeds reached".
+# "seeds reached" and, from its config.json, the arithmetic that trained it and the commit
+# that retrains it bit for bit (null: none does, or any of that arithmetic; `retrains` says
+# which in words, as LEADERBOARD.md and `arithsweep show` print it).
 FIELDS = ("id", "task", "format", "target", "params", "architecture", "exact_match",
           "n_problems", "n_failures", "nines", "wilson_lower", "suite", "suite_seed",
           "suite_size", "sha256", "checkpoint", "seeds_reached", "search_name", "trial_id",
           "mlflow_run_id", "seed", "steps", "wall_time", "device", "version", "reproduce",
-          "created_at", "verified_at", "model_config", "train_config", "failures",
-          "breakdown")  # fmt: skip
+          "arithmetic", "retrain_commit", "retrains", "created_at", "verified_at",
+          "model_config", "train_config", "failures", "breakdown")  # fmt: skip
 # A row's fields as `Leaderboard.query` returns them (schema order), then where it came from.
 ROW_FIELDS = ("rank", "id", "task", "format", "target", "params", "model_config",
               "train_config", "architecture", "exact_match", "n_problems", "n_failures",
@@ -64,11 +67,34 @@ class PublishedIndexError(ArithsweepError):
 # --- writing (publish) ---------------------------------------------------------------------
 
 
-def index_entry(row: dict[str, Any], name: str, seeds: str, reproduce: str) -> dict[str, Any]:
+def index_entry(row: dict[str, Any], name: str, seeds: str, reproduce: str,
+                config: dict[str, Any]) -> dict[str, Any]:
     """One index entry for a published leaderboard row: its checkpoint folder `name`, its
-    "seeds reached" and its retrain command as LEADERBOARD.md prints them."""
-    given = {"checkpoint": f"checkpoints/{name}", "seeds_reached": seeds, "reproduce": reproduce}
+    "seeds reached" and its retrain command as LEADERBOARD.md prints them, and from its
+    `config` (config.json) the arithmetic and commit that retrain it."""
+    given = {"checkpoint": f"checkpoints/{name}", "seeds_reached": seeds, "reproduce": reproduce,
+             **arithmetic_fields(config)}
     return {k: given[k] if k in given else row.get(k) for k in FIELDS}
+
+
+def arithmetic_fields(config: dict[str, Any]) -> dict[str, Any]:
+    """An entry's "arithmetic", "retrain_commit" and "retrains", from its config.json."""
+    meta = config.get("meta") if isinstance(config.get("meta"), dict) else {}
+    v = version_of(meta)
+    return {"arithmetic": v, "retrain_commit": retrain_commit(v) if meta.get("repeats") else None,
+            "retrains": retrains(config)}
+
+
+def retrains_of(row: dict[str, Any]) -> str | None:
+    """What `retrains` says of a board row: as published, else from its checkpoint's
+    config.json (a local entry, or an index written before the field); None without one."""
+    if row.get("retrains"):
+        return str(row["retrains"])
+    try:
+        config = json.loads((Path(str(row.get("checkpoint_path"))) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return retrains(config) if isinstance(config, dict) else None
 
 
 def index_text(entries: list[dict[str, Any]]) -> str:
