@@ -25,7 +25,7 @@ CORE = PKG / "core"
 ROOMS = ("data", "model", "evaluation", "training")  # in import order: each uses those before
 # torch-free, shared by every room
 BASICS = {"errors", "numbers", "yaml_loader", "hashing", "native", "config", "config_base",
-          "model_config", "train_config", "config_checks", "arithmetic"}
+          "model_config", "train_config", "config_checks", "path_checks", "arithmetic"}
 ORCHESTRATORS = {"api", "bench", "bench_tiny", "overrides"}  # above all rooms: what the CLI calls
 LEVEL = {"basics": 0, **{r: i + 1 for i, r in enumerate(ROOMS)}, "orchestrators": len(ROOMS) + 1}
 

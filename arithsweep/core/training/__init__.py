@@ -10,7 +10,10 @@
     packing     which proposals may share a pack (pack_key), the pack's batches, member views
     population  the loop: proposals of one shape in one pack, each stopping on its own
                 (`train` is a pack of one)
+    path        a recipe's whole path: its phases in order, selection between them, one
+                call that resumes mid-phase
     finish      the near-miss finishers after training: targeted fine-tuning, CMA-ES
+    finish_score  what the finishers compute with: torch's layout or the tiny kernel
 
 Imports the core basics, core.data, core.model and core.evaluation.
 """
