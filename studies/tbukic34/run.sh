@@ -31,3 +31,6 @@ OMP_NUM_THREADS=1 $A train "${NET[@]}" --seed 128 --init-from g0d "${PHASE[@]}" 
   --out g0f --log g0f.log --json > g0f.json
 OMP_NUM_THREADS=1 $A finish g0 --out g0-finished --set finish_rounds=3 --set finish_lr=1e-4 \
   --set finish_cmaes_evals=3000 --json > g0-finished.json
+# the same hand path as one command (path.yaml): phases and selection automated
+OMP_NUM_THREADS=1 $A train --config path.yaml --init-from search-best --out auto --log auto.log \
+  --json > auto.json
