@@ -223,7 +223,7 @@ def merge(cfg: TrainConfig, phases: list[list[T.TrainResult]]) -> T.TrainResult:
                                  for n in r0.member_best_state}
     out.stop_reason = next((r.stop_reason for r in last if r.stopped_early), r0.stop_reason)
     out.stopped_early = any(r.stopped_early for r in last)
-    out.best_phase = cfg.path[best_phase]["name"]  # type: ignore[attr-defined]
+    out.best_phase = cfg.path[best_phase]["name"]
     return out
 
 

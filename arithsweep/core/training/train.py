@@ -105,6 +105,7 @@ class TrainResult:
     # what a path's selection continues (core/training/path.py)
     member_best: list[float] = field(default_factory=list)
     member_best_state: dict[str, torch.Tensor] = field(default_factory=dict)
+    best_phase: str = ""  # a path's: the phase whose member is the best (core/training/path.py)
     steps: int = 0
     wall_time: float = 0.0
     examples: int = 0
