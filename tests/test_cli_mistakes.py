@@ -104,9 +104,13 @@ def test_bench_on_an_unknown_device_is_one_line():
                                            ("no-port", ("HOST:PORT",))])
 def test_search_at_an_address_where_no_ray_listens_is_one_line(tmp_path, address, words):
     """Ray alone retries a refused local port for minutes and logs a line a second."""
-    # --fresh: the published board's add2 entry would be named in a line of its own first
-    one_error_line(run_cli("search", "--task", "add2", "--address", address, "--trials", "1",
-                       "--root", str(tmp_path), "--name", "s", "--fresh"), *words)
+    out = run_cli("search", "--task", "add2", "--address", address, "--trials", "1",
+                  "--root", str(tmp_path), "--name", "s", "--fresh")
+    # the search's own two lines (where it starts, what it searches), then the one error
+    *said, last = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert [ln.split()[0] for ln in said] == ["starting", "searching"], out.stderr
+    assert last.startswith("error:") and all(w in last for w in words), last
     # nothing ran, so the name is still free for the corrected command
     assert not (tmp_path / "s").exists()
 

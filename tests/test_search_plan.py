@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from arithsweep.core.arithmetic import ARITHMETIC
 from arithsweep.search.options import DEFAULT_TRIALS, trial_cap
 from arithsweep.search.plan import smallest_point
 from arithsweep.search.spaces import load_space, parse_space
@@ -114,6 +115,7 @@ def _stored_search(root: Path, name: str, trials: int | None, ran: int | None) -
     (sdir / "search.json").write_text(json.dumps({
         "name": name, "task": "add2", "target": 0.9, "space": "small",
         "space_path": str(_space_file(root)), "search_format": 2, "trials": trials,
+        "arithmetic": ARITHMETIC,  # a search of other floats is refused before its cap
         "options": {"trials": trials}}))
     if ran is not None:
         (sdir / "summary.json").write_text(json.dumps({"n_tune_trials": ran}))

@@ -179,13 +179,15 @@ def _print_summary(s) -> None:
     else:
         out.print("[yellow]no trial reached the target[/]: try more --trials, a bigger space "
                   "or a longer --trial-steps")
-    out.print(f"plot {s.plot}\nMLflow {s.mlflow_uri} (arithsweep ui) · Optuna study "
+    if s.plot:  # none when no proposal trained
+        out.print(f"plot {s.plot}")
+    out.print(f"MLflow {s.mlflow_uri} (arithsweep ui) · Optuna study "
               f"{s.study_name} (arithsweep ui --optuna {s.study_name}) · results {s.dir}")
 
 
 def spaces(as_json: bool = typer.Option(False, "--json")) -> None:
     """The shipped search spaces and their dimensions."""
-    from arithsweep.search.spaces import list_spaces
+    from arithsweep.search.space.spaces import list_spaces
 
     items = list_spaces()
     if as_json:

@@ -3,8 +3,9 @@
 Imports core only: the CLI hands the driver its verifier and entry finders, so the search never
 imports the leaderboard. By job:
 
-    the run       driver (run_search), options (SearchOptions: every default; progress,
-                  summary), tuner (the Tune experiment: constants, searcher, callbacks),
+    the run       driver (run_search), options (SearchOptions: every default, the trial cap;
+                  progress, summary), plan (what it says before it starts; the space's
+                  smallest point), tuner (the Tune experiment: constants, searcher, callbacks),
                   run_settings (the running search's registry and its stoppers), cluster
                   (starting or joining Ray), cores (a lone trial lent the idle cores), live
                   (events for the live table)

@@ -124,20 +124,22 @@ def settle(opts: Any, space: Space, task: str, start: dict | None, unused: str |
         inc = start and int(start["params"])
         if not opts.frontier:  # --frontier trains every size: the start bounds nothing
             check_room(space, task, start, opts.max_params, smallest)
+        where = (f"from space {space.name}'s start point ({_start_size(space, task)} p)"
+                 if space.start else f"from space {space.name}'s first samples (it names no "
+                 "start point)")
         first = "starting " + (start["note"] if start else unused or (
-            f"from space {space.name}'s start point ({_start_size(space, task)} p)"
-            + (", as --fresh asks" if opts.fresh else "")))
+            where + (", as --fresh asks" if opts.fresh else "")))
     bound = bound_of(None if opts.frontier else inc, opts.max_params)
     return cap, [first, _where(space, bound, opts.max_params, smallest, opts.frontier)
                  + "; " + _how_long(cap, why, ran, opts.time_budget)]
 
 
 def _start_size(space: Space, task: str) -> int | str:
-    """Unique parameters of the space's first start point ('?' without a valid one)."""
+    """Unique parameters of the space's first start point ('?' if it is not a valid model)."""
     from arithsweep.search.shrink import _full_config
     from arithsweep.search.trial import ProposalSizer
 
-    config = _full_config(space, space.start[0]) if space.start else None
+    config = _full_config(space, space.start[0])
     return (ProposalSizer({"task": task})(config) if config else 0) or "?"
 
 
