@@ -104,6 +104,7 @@ def submission_source(row: dict[str, Any], weights_dir: str, author: str = "arit
         errors,
         model_config,
         numbers,
+        path_checks,
         train_config,
     )
     from arithsweep.core.data import encoding, formats, sampling, tasks
@@ -145,6 +146,7 @@ def submission_source(row: dict[str, Any], weights_dir: str, author: str = "arit
              "# ---------------------------------------------------------------- configs",
              _module_source(numbers),
              _module_source(config_checks),
+             _module_source(path_checks),
              _module_source(config_base),
              _module_source(model_config),
              _module_source(train_config),
