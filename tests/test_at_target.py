@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from arithsweep.search.packs import at_target
-from arithsweep.search.results import trial_rows
+from arithsweep.search.report.results import trial_rows
+from arithsweep.search.trials.packs import at_target
 
 
 def _result(tmp_path, **metrics):

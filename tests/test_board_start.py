@@ -27,9 +27,9 @@ from test_report import make_report
 
 from arithsweep.core.errors import ArithsweepError
 from arithsweep.leaderboard.entry_lookup import smallest_entry, smallest_finder
-from arithsweep.search import incumbent
-from arithsweep.search.shrink import map_entry
-from arithsweep.search.spaces import load_space
+from arithsweep.search.propose import incumbent
+from arithsweep.search.propose.shrink import map_entry
+from arithsweep.search.space.spaces import load_space
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -46,13 +46,13 @@ def test_a_continued_round_carries_its_start_and_a_restored_one_finds_it(
         monkeypatch, tmp_path):
     pytest.importorskip("ray")
     from arithsweep.core.model.checkpoint import load_checkpoint
-    from arithsweep.search import trainable, trial_state
+    from arithsweep.search.trials import state, trainable
 
     # best/ holds the continued round's model at every checkpoint, as if round 1 had nothing
     # better: whether round 2 beats round 1 at a given evaluation depends on the last bits of
     # training (an AVX-512 machine's round 2 fell below it once). The fallback to the earlier
     # rounds' best has its own test below.
-    monkeypatch.setattr(trial_state.TrialState, "rounds_best_em", lambda self, *_: -1.0)
+    monkeypatch.setattr(state.TrialState, "rounds_best_em", lambda self, *_: -1.0)
     fake = _fake_tune(monkeypatch, tmp_path / "first")
     (tmp_path / "first").mkdir()
     trainable.TrialRunner([_trial_setup(**CONTINUED)], ALWAYS_NEAR, {}).run()
@@ -90,7 +90,7 @@ def test_a_round_that_does_worse_keeps_the_earlier_rounds_best(monkeypatch, tmp_
     from dataclasses import replace
 
     from arithsweep.core.training.population import train
-    from arithsweep.search import trainable
+    from arithsweep.search.trials import trainable
 
     _fake_tune(monkeypatch, tmp_path)
     setup = _trial_setup(**CONTINUED)

@@ -155,7 +155,7 @@ def test_cmaes_is_not_kept_when_held_out_cannot_improve(members):
 
 
 def test_cmaes_runs_with_a_search_trials_seed(members):
-    """A search's seeds are far above 2**32 (2e11, search/trial.py's seed blocks), which
+    """A search's seeds are far above 2**32 (2e11, search/trials/configs.py's seed blocks), which
     numpy's legacy seeding, the one `cma` uses, refuses: the first 90% near miss given to
     `arithsweep finish` crashed there."""
     from arithsweep.core.training.finish import cmaes_seed
@@ -281,7 +281,7 @@ def _trial_setup(**over):
     """TRIAL's TrialSetup (`over`: fields to change, e.g. its start and lr)."""
     from arithsweep.core.model.model import count_params
     from arithsweep.core.overrides import build_configs
-    from arithsweep.search.trial import TrialSetup
+    from arithsweep.search.trials.configs import TrialSetup
 
     task, m, t = build_configs("add2", None, None, {**TRIAL, **over})
     return TrialSetup(task, m, t, count_params(m))
@@ -289,11 +289,11 @@ def _trial_setup(**over):
 
 def _fake_tune(monkeypatch, tmp_path) -> _FakeTune:
     """A _FakeTune in place of `ray.tune` for the trainable and its checkpoints."""
-    from arithsweep.search import trainable, trial_state
+    from arithsweep.search.trials import state, trainable
 
     fake = _FakeTune(tmp_path)
     monkeypatch.setattr(trainable, "tune", fake)
-    monkeypatch.setattr(trial_state, "tune", fake)
+    monkeypatch.setattr(state, "tune", fake)
     return fake
 
 
@@ -302,7 +302,7 @@ def test_a_search_trial_in_the_near_miss_band_is_finished_and_reports_the_finish
     pytest.importorskip("ray")
     from arithsweep.core.evaluation.evaluate import exact_match
     from arithsweep.core.model.checkpoint import load_checkpoint
-    from arithsweep.search import trainable
+    from arithsweep.search.trials import trainable
 
     fake = _fake_tune(monkeypatch, tmp_path)
     setup = _trial_setup(**near_miss_start)
@@ -323,7 +323,7 @@ def test_the_finishers_come_before_a_second_round(monkeypatch, tmp_path, near_mi
     """A near miss the finishers take over the line needs no second round (a whole schedule,
     twice as long): with a round to spare, the trial still ends after one round, finished."""
     pytest.importorskip("ray")
-    from arithsweep.search import trainable
+    from arithsweep.search.trials import trainable
 
     fake = _fake_tune(monkeypatch, tmp_path)
     trainable.TrialRunner([_trial_setup(**near_miss_start)], {"extra_rounds": 1}, {}).run()
@@ -341,8 +341,8 @@ def test_a_pack_finishes_its_near_misses_and_reports_them_as_proposals(monkeypat
     pytest.importorskip("ray")
     from arithsweep.core.evaluation.evaluate import exact_match
     from arithsweep.core.model.checkpoint import load_checkpoint
-    from arithsweep.search import trainable
-    from arithsweep.search.packs import key
+    from arithsweep.search.trials import trainable
+    from arithsweep.search.trials.packs import key
 
     fake = _fake_tune(monkeypatch, tmp_path)
     # the single trial's near miss, and the same start (a pack has one) thrown far below the
@@ -368,7 +368,7 @@ def test_a_trial_whose_held_out_passed_but_the_full_check_did_not_gets_the_finis
     """The finishers' gate reads whether the trial reached the target (the full check), not
     whether its held-out figure is below it; a trial that reached it, or is far off, is not."""
     pytest.importorskip("ray")
-    from arithsweep.search.trainable import gets_finishers
+    from arithsweep.search.trials.trainable import gets_finishers
 
     assert gets_finishers(False, 0.9929, FINISH_FLOOR)  # held-out 99.29%, check below 99%
     assert gets_finishers(False, 0.97, FINISH_FLOOR)

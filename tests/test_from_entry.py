@@ -22,9 +22,9 @@ from test_report import make_report
 from arithsweep.core.errors import ArithsweepError, ConfigError
 from arithsweep.leaderboard.entry_lookup import board_entry, entry_finder
 from arithsweep.leaderboard.provenance import entry_chain, search_lines
-from arithsweep.search import incumbent
-from arithsweep.search.shrink import map_entry
-from arithsweep.search.spaces import load_space, parse_space
+from arithsweep.search.propose import incumbent
+from arithsweep.search.propose.shrink import map_entry
+from arithsweep.search.space.spaces import load_space, parse_space
 
 REPO = Path(__file__).resolve().parents[1]
 FOUND = (44, "add10-56-e8f443c8")  # found by search add10-tiny: its entry.json has the command
@@ -186,7 +186,7 @@ def test_a_search_descends_from_a_checkpoint_folder(ray_local, ckpt, tmp_path):
     from arithsweep.leaderboard.board import open_db
     from arithsweep.leaderboard.verify import make_verifier
     from arithsweep.search.driver import SearchOptions, run_search
-    from arithsweep.search.space_fields import seeds_for
+    from arithsweep.search.space.fields import seeds_for
 
     space = tmp_path / "space.yaml"
     space.write_text(SPACE)

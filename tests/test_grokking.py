@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from arithsweep.search.plateau import Plateau, digit_accuracy
+from arithsweep.search.trials.plateau import Plateau, digit_accuracy
 
 
 def test_a_model_at_chance_but_learning_digits_is_not_stopped():

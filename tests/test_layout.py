@@ -3,7 +3,9 @@
 core <- search, core <- leaderboard, and cli on top of all three; nothing imports cli;
 command modules import the common helpers, never the app; `__init__.py` files import nothing.
 Inside core, four rooms stand in layers: basics <- data <- model <- evaluation <- training <-
-orchestrators (api, bench, overrides); and no module reaches itself through imports.
+orchestrators (api, bench, overrides); inside search, four rooms between its basics and its
+run: basics <- space <- trials <- propose <- report <- run (driver, tuner, plan); and no
+module reaches itself through imports.
 """
 
 from __future__ import annotations
@@ -28,6 +30,14 @@ BASICS = {"errors", "numbers", "yaml_loader", "hashing", "native", "config", "co
           "model_config", "train_config", "config_checks", "path_checks", "arithmetic"}
 ORCHESTRATORS = {"api", "bench", "bench_tiny", "overrides"}  # above all rooms: what the CLI calls
 LEVEL = {"basics": 0, **{r: i + 1 for i, r in enumerate(ROOMS)}, "orchestrators": len(ROOMS) + 1}
+
+SEARCH = PKG / "search"
+SEARCH_ROOMS = ("space", "trials", "propose", "report")  # in import order, as core's ROOMS
+SEARCH_BASICS = {"options", "run_settings", "snapshots", "cluster"}  # below every room
+SEARCH_RUN = {"driver", "tuner", "plan"}  # above every room: what the CLI calls
+SEARCH_LEVEL = {"basics": 0, **{r: i + 1 for i, r in enumerate(SEARCH_ROOMS)},
+                "run": len(SEARCH_ROOMS) + 1}
+SEARCH_TOP_MAX = 12  # entries at the search wing's top, files and folders, __init__.py counted
 
 
 def _imports(path: Path) -> list[str]:
@@ -119,6 +129,59 @@ def test_core_rooms_import_one_way(path):
         assert LEVEL[target] <= LEVEL[room], (
             f"core/{path.relative_to(CORE)} ({room}) imports {mod} ({target}): "
             f"rooms run basics <- {' <- '.join(ROOMS)} <- orchestrators")
+
+
+def _search_room(parts: tuple[str, ...] | list[str]) -> str | None:
+    """The room of a search module or name, from its path below search: ("trials", "packs")
+    -> "trials", ("options", "SearchOptions") -> "basics", ("driver",) -> "run"; None: no
+    such module (an old, moved name: inside the package only the new names are imported)."""
+    if parts and parts[0] in SEARCH_ROOMS:
+        return parts[0]
+    if parts and parts[0] in SEARCH_BASICS:
+        return "basics"
+    return "run" if parts and parts[0] in SEARCH_RUN else None
+
+
+def test_every_search_module_sits_in_a_room():
+    """The search wing's top holds at most 12 entries: the run (driver, tuner, plan), the
+    basics every room stands on, and the four rooms, each one level deep with an `__init__`
+    whose docstring says its job (what test_package_docstrings_name_every_module checks
+    names its modules)."""
+    top = sorted(p.name for p in SEARCH.iterdir() if p.name != "__pycache__")
+    assert len(top) <= SEARCH_TOP_MAX, f"search/ holds {len(top)} entries: {top}"
+    loose = sorted(p.stem for p in SEARCH.glob("*.py")
+                   if p.stem not in SEARCH_BASICS | SEARCH_RUN | {"__init__"})
+    assert not loose, f"search modules outside the rooms: {loose}"
+    dirs = {p.name for p in SEARCH.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert dirs == set(SEARCH_ROOMS), f"search's packages {sorted(dirs)}, not {SEARCH_ROOMS}"
+    for room in SEARCH_ROOMS:
+        init = SEARCH / room / "__init__.py"
+        assert init.is_file(), f"search/{room} has no __init__.py"
+        assert len(ast.get_docstring(ast.parse(init.read_text())) or "") > 80, (
+            f"search/{room}/__init__.py does not say its job")
+        deeper = [str(p.relative_to(SEARCH)) for p in (SEARCH / room).rglob("*.py")
+                  if p.parent != SEARCH / room]
+        assert not deeper, f"search/{room} nests further: {deeper}"
+
+
+@pytest.mark.parametrize("path", sorted(SEARCH.rglob("*.py")),
+                         ids=lambda p: str(p.relative_to(SEARCH)))
+def test_search_rooms_import_one_way(path):
+    """A search module imports the wing's basics, its own room and the rooms below its own
+    only: a space is read without trials, a trial runs without the searcher, the searcher
+    proposes without the report, and only the run (driver, tuner, plan) wires them all."""
+    room = _search_room(path.relative_to(SEARCH).with_suffix("").parts)
+    if room is None:
+        return  # search/__init__.py: a docstring (and the moved-module table)
+    for mod in _imports(path):
+        parts = mod.split(".")
+        if parts[1:2] != ["search"] or len(parts) == 2:
+            continue  # other wings: test_imports_run_one_way; the package: its names below
+        target = _search_room(parts[2:])
+        assert target is not None, f"search/{path.relative_to(SEARCH)} imports {mod}: no such room"
+        assert SEARCH_LEVEL[target] <= SEARCH_LEVEL[room], (
+            f"search/{path.relative_to(SEARCH)} ({room}) imports {mod} ({target}): rooms run "
+            f"basics <- {' <- '.join(SEARCH_ROOMS)} <- run")
 
 
 def test_nothing_imports_the_app_but_its_entry_points():

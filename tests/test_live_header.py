@@ -1,7 +1,7 @@
 """The live view of `arithsweep search` at 80 columns: one header line saying where the search
 stands (time of its budget, the verified incumbent, proposals trained / skipped / running,
 proposals per CPU-hour) over a table whose every row is one line. Fed with the events the
-driver sends (arithsweep.search.live, arithsweep.search.driver), without starting Ray."""
+driver sends (arithsweep.search.report.live, arithsweep.search.driver), without starting Ray."""
 
 from __future__ import annotations
 
@@ -150,8 +150,8 @@ def test_counts_are_by_status():
 
 def test_pack_events_carry_each_proposals_own_architecture_and_seeds():
     """A pack's Tune config is not one model: each proposal's row is built from its own."""
-    from arithsweep.search.live import LiveCallback
-    from arithsweep.search.trial import CONST_KEY
+    from arithsweep.search.report.live import LiveCallback
+    from arithsweep.search.trials.configs import CONST_KEY
 
     const = {"task": "add3", "target": 0.99}
     member = {"model.n_layers": 1, "model.d_model": 8, "model.n_heads": 1, "train.seeds": 4}

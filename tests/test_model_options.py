@@ -308,9 +308,9 @@ def test_a_pattern_is_read_only_with_qk_norm_scalar():
 def test_the_adderboard_space_exposes_every_option_and_keeps_its_start():
     import optuna
 
-    from arithsweep.search.shrink import _full_config
-    from arithsweep.search.spaces import load_space
-    from arithsweep.search.trial import ProposalSizer
+    from arithsweep.search.propose.shrink import _full_config
+    from arithsweep.search.space.spaces import load_space
+    from arithsweep.search.trials.configs import ProposalSizer
 
     space, sizer = load_space("adderboard"), ProposalSizer({"task": "add10"})
     choices = {p.name.partition(".")[2]: set(p.choices) for p in space.searched
@@ -349,9 +349,9 @@ def test_the_adderboard_space_exposes_every_option_and_keeps_its_start():
      {"head": 8, "slots": 4, "layer0.attn.q": 4, "layer0.attn.o": 8, "layer0.mlp.up": 8}),
 ])
 def test_the_microadder_space_points_count_exactly_on_add3(point, want, parts):
-    from arithsweep.search.shrink import _full_config
-    from arithsweep.search.spaces import load_space
-    from arithsweep.search.trial import CONST_KEY, build_trial
+    from arithsweep.search.propose.shrink import _full_config
+    from arithsweep.search.space.spaces import load_space
+    from arithsweep.search.trials.configs import CONST_KEY, build_trial
 
     space = load_space("microadder")
     start = {"model.d_head": 4, "model.mlp_down": "head", "train.lr": 0.02}

@@ -124,7 +124,7 @@ def test_config_files_and_space_files_share_one_yaml_reading(tmp_path):
     both go through `core.yaml_loader` (config files used plain safe_load before, so `1e-3`
     arrived there as text and only the field coercion saved it; lists were left as text)."""
     from arithsweep.core.yaml_loader import load_yaml
-    from arithsweep.search.space_file import parse_space_file
+    from arithsweep.search.space.file import parse_space_file
 
     assert load_yaml("lr: 1e-3\nxs: [5e-3, 2E+2]\n") == {"lr": 1e-3, "xs": [5e-3, 200.0]}
     space = parse_space_file("model: {}\ntrain:\n  lr: {float: [1e-3, 3e-2], log: true}\n"

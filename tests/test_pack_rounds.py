@@ -12,8 +12,8 @@ from test_finishers import _fake_tune, _trial_setup
 
 def test_a_near_miss_in_a_pack_gets_its_next_round_as_a_lone_trial_does(monkeypatch, tmp_path):
     pytest.importorskip("ray")
-    from arithsweep.search import trainable
-    from arithsweep.search.packs import key
+    from arithsweep.search.trials import trainable
+    from arithsweep.search.trials.packs import key
 
     # target 1.0 and a near-miss distance of 1: every proposal is a near miss that does not
     # reach, on any machine; the finishers off, so each goes on to a retrained round

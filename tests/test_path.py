@@ -151,7 +151,7 @@ def test_a_search_trial_runs_its_path_and_a_restored_one_goes_on_mid_phase(monke
     from test_continue_round import _Restored
     from test_finishers import _fake_tune, _trial_setup
 
-    from arithsweep.search import trainable
+    from arithsweep.search.trials import trainable
 
     path = [{"name": "a"}, {"name": "b", "steps": 200, "lr": 2e-3, "select": 2}]
     # target 1.0, no rounds after the path: where the trial ends does not depend on floats

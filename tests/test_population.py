@@ -162,7 +162,7 @@ def test_a_near_miss_second_round_retrains_its_best_seed_exactly_as_it_began():
     """The search's second round (rounds.next_round) is the best seed alone, twice as long:
     that seed alone trains as it did as member i of its pack (same init, same batches), so
     the round really continues the lottery ticket that nearly won."""
-    from arithsweep.search.rounds import next_round
+    from arithsweep.search.trials.rounds import next_round
 
     task, m, base = _base(steps=40, seed=3, seeds=3)
     pack = train(task, m, base)
@@ -177,7 +177,7 @@ def test_a_continue_round_starts_from_the_best_weights_with_new_data(tmp_path):
     weights (init_from), with data streams the first round never drew, at a tenth of the lr
     its cosine ended at, no curriculum and no warmup, for the same number of steps; with held
     decay drops, at the decay its start's exact match had dropped it to."""
-    from arithsweep.search.rounds import CONTINUE_LR_SHARE, CONTINUE_SEEDS, next_round
+    from arithsweep.search.trials.rounds import CONTINUE_LR_SHARE, CONTINUE_SEEDS, next_round
 
     task, m, base = _base(steps=40, seed=3, seeds=12)
     base = replace(base, near_miss_round="continue", curriculum=[[10, 1]], warmup=5)

@@ -122,7 +122,7 @@ def test_packed_search_keeps_one_record_per_proposal(ray_local, tmp_path):
     # proposal of its size is told to Optuna untrained and the next pack is smaller
     first, second = sorted(by_pack.values(), key=lambda rows: rows[0]["config"]["trial_number"])
     assert any(r["feasible"] for r in first) and s.incumbent == first[0]["params"]
-    # (the next proposals are the incumbent's shrink moves, arithsweep.search.shrink, so
+    # (the next proposals are the incumbent's shrink moves, arithsweep.search.propose.shrink, so
     # nothing needs skipping here; test_search covers skipping)
     assert all(r["params"] < s.incumbent for r in second)
     assert s.trained_above_incumbent == []
@@ -145,7 +145,7 @@ def test_gpu_default_fills_the_gpu_and_cpu_keeps_one_proposal():
 
 
 def test_pack_results_split_per_proposal():
-    from arithsweep.search import packs
+    from arithsweep.search.trials import packs
 
     config = {"arithsweep": {"task": "add2"}, "model.d_ff": 8, "trial_number": 4,
               "proposals": [{"model.d_ff": 8, "trial_number": 4},

@@ -1,19 +1,19 @@
 """Near misses the search deadline cut are trained again first on `--resume`, from their own
-seeds (real Optuna on SQLite; arithsweep.search.replay)."""
+seeds (real Optuna on SQLite; arithsweep.search.trials.replay)."""
 
 from __future__ import annotations
 
 from arithsweep.search import run_settings
-from arithsweep.search.replay import REPLAY_OF, cut_near_misses, requeue
-from arithsweep.search.searcher import ConstrainedOptunaSearch
-from arithsweep.search.spaces import load_space
-from arithsweep.search.trial import (
+from arithsweep.search.propose.searcher import ConstrainedOptunaSearch
+from arithsweep.search.space.spaces import load_space
+from arithsweep.search.trials.configs import (
     RESUME_FROM,
     SEEDS_OF,
     ProposalSizer,
     build_trial,
     seed_block,
 )
+from arithsweep.search.trials.replay import REPLAY_OF, cut_near_misses, requeue
 
 
 def _row(tid, params, best, reason="search deadline", number=0, **extra):
@@ -103,7 +103,7 @@ def test_a_resume_after_the_deadline_starts_trials_again(tmp_path):
     idle until its own deadline). They leave the live set, and the limit is the new run's."""
     from ray.tune.search import ConcurrencyLimiter
 
-    from arithsweep.search.searcher import BudgetedSearchGenerator
+    from arithsweep.search.propose.searcher import BudgetedSearchGenerator
 
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
     inner = ConstrainedOptunaSearch(load_space("tiny").ray_define_by_run(), target=0.99,
@@ -131,7 +131,7 @@ def test_searches_with_different_seeds_train_different_seeds():
     """--seed 0, 1 and 2 once started from training seeds 0-7, 1-8 and 2-9 (one lucky seed
     decided all three add3 searches); now each --seed owns its blocks, while a search made
     before (no seed_scheme in its constants) keeps its old blocks on resume."""
-    from arithsweep.search.trial import SEED_SCHEME
+    from arithsweep.search.trials.configs import SEED_SCHEME
 
     def seeds(seed, n, scheme=SEED_SCHEME, k=8):
         first = seed_block({"seed": seed, "seed_scheme": scheme}, n)
@@ -197,8 +197,8 @@ def test_the_replay_of_a_proposal_cut_inside_a_pack_continues_its_part_of_the_st
     pytest.importorskip("ray")
     from test_finishers import _fake_tune, _trial_setup
 
-    from arithsweep.search import trainable
-    from arithsweep.search.packs import key
+    from arithsweep.search.trials import trainable
+    from arithsweep.search.trials.packs import key
 
     over = {"steps": 600, "eval_every": 100, "checkpoint_every": 100, "finish_rounds": 0,
             "target": 1.0}

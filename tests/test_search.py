@@ -186,7 +186,7 @@ def test_search_verifies_at_once_and_never_trains_what_cannot_win(ray_local, tmp
 
 
 def test_plateau_never_stops_a_model_whose_loss_still_falls():
-    from arithsweep.search.plateau import Plateau
+    from arithsweep.search.trials.plateau import Plateau
 
     slow = Plateau(patience=3)  # a small model: exact match stuck at 0, loss falling 5%/eval
     assert not any(slow.update(0.0, 2.0 * 0.95 ** i) for i in range(50))
@@ -208,7 +208,7 @@ def test_a_seed_that_learnt_part_of_the_task_gets_the_low_lr_end_of_its_schedule
     """add10's 57 p: its best seed swung between 0.2% and 59% from one evaluation to the next
     at a high lr; flat evaluations count only once the lr is below half its peak, or for a
     model that has learnt less than a tenth (at chance: stopped as before)."""
-    from arithsweep.search.plateau import Plateau
+    from arithsweep.search.trials.plateau import Plateau
 
     swing = [0.59, 0.002, 0.4, 0.01, 0.55, 0.3] * 5
     high = Plateau(patience=3)
@@ -226,7 +226,7 @@ def test_patience_grows_with_the_schedule_and_never_falls_below_the_searchs():
     without progress, where that is more than --patience (add10's 133K steps: 27, not 8)."""
     from types import SimpleNamespace
 
-    from arithsweep.search.plateau import patience_for
+    from arithsweep.search.trials.plateau import patience_for
 
     def cfg(steps, every=500):
         return SimpleNamespace(steps=steps, eval_every=every)
@@ -410,7 +410,7 @@ def test_resume_of_an_unknown_search_is_a_clear_error(tmp_path):
 
 
 def test_plot_and_frontier(tmp_path):
-    from arithsweep.search.plots import frontier, plot_params_vs_em
+    from arithsweep.search.report.plots import frontier, plot_params_vs_em
 
     rows = [{"params": 500, "best_em": 0.2, "feasible": False, "errored": False},
             {"params": 800, "best_em": 0.95, "feasible": True, "errored": False},

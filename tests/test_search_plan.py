@@ -24,7 +24,7 @@ import pytest
 from arithsweep.core.arithmetic import ARITHMETIC
 from arithsweep.search.options import DEFAULT_TRIALS, trial_cap
 from arithsweep.search.plan import smallest_point
-from arithsweep.search.spaces import load_space, parse_space
+from arithsweep.search.space.spaces import load_space, parse_space
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = """
@@ -58,7 +58,7 @@ def clone(tmp_path) -> Path:
 
 
 def test_the_smallest_point_walks_every_shape_its_conditions_reach():
-    from arithsweep.search.trial import ProposalSizer
+    from arithsweep.search.trials.configs import ProposalSizer
 
     space = parse_space(SMALL)
     size = ProposalSizer({"task": "add2"})

@@ -101,7 +101,7 @@ def _restored_step(root: Path) -> int:
     from ray import tune
 
     from arithsweep.search.snapshots import repair
-    from arithsweep.search.trial_state import restored_state
+    from arithsweep.search.trials.state import restored_state
 
     repair(root / "k" / "tune")
     (trial,) = tune.ExperimentAnalysis(str(root / "k" / "tune")).trials

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 
 from arithsweep.core.errors import ConfigError
-from arithsweep.search.shrink import _full_config
-from arithsweep.search.space_fields import seeds_for
-from arithsweep.search.spaces import load_space, parse_space
-from arithsweep.search.trial import (
+from arithsweep.search.propose.shrink import _full_config
+from arithsweep.search.space.fields import seeds_for
+from arithsweep.search.space.spaces import load_space, parse_space
+from arithsweep.search.trials.configs import (
     CONST_KEY,
     SEED_RULE,
     STEPS_DIGITS,

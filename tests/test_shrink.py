@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from arithsweep.search.shrink import _full_config, shrink_moves
-from arithsweep.search.spaces import load_space, parse_space
-from arithsweep.search.trial import ProposalSizer
+from arithsweep.search.propose.shrink import _full_config, shrink_moves
+from arithsweep.search.space.spaces import load_space, parse_space
+from arithsweep.search.trials.configs import ProposalSizer
 
 SPACE = """
 name: t
@@ -82,7 +82,7 @@ def test_a_new_incumbent_makes_its_shrink_moves_the_next_proposals(tmp_path):
     """Real Optuna (SQLite): once a trial is the verified incumbent, the searcher's next
     proposals are that trial one step smaller, with its training recipe."""
     from arithsweep.search import run_settings
-    from arithsweep.search.searcher import ConstrainedOptunaSearch
+    from arithsweep.search.propose.searcher import ConstrainedOptunaSearch
 
     space, sizer = load_space("tiny"), ProposalSizer({"task": "add3"})
     search = ConstrainedOptunaSearch(

@@ -14,7 +14,7 @@ import pytest
 
 from arithsweep.core.config import TrainConfig
 from arithsweep.core.errors import ConfigError
-from arithsweep.search.spaces import (
+from arithsweep.search.space.spaces import (
     SECTIONS,
     RayDefineByRun,
     Space,
@@ -390,8 +390,8 @@ def test_real_optuna_search_config_matches_suggest(tmp_path: Path) -> None:
 def test_shipped_start_points_are_valid_models(name, task):
     """A space's start points are trained first to give the search an early incumbent: an
     invalid one would waste the search's first trial (n_heads must divide d_model, …)."""
-    from arithsweep.search.spaces import load_space
-    from arithsweep.search.trial import ProposalSizer
+    from arithsweep.search.space.spaces import load_space
+    from arithsweep.search.trials.configs import ProposalSizer
 
     space = load_space(name)
     assert space.start, f"{name} ships no start point"
@@ -417,7 +417,7 @@ class _Fixed:
 
 
 def test_default_space_follows_the_task():
-    from arithsweep.search.spaces import default_space
+    from arithsweep.search.space.spaces import default_space
 
     assert [default_space(t) for t in ("add2", "add3", "mul2", "mul3", "sort3", "sub3", "mix2",
                                        "add6", "add10", "ADD10")] == [
@@ -448,7 +448,7 @@ def test_every_start_point_names_the_model_it_is(name: str) -> None:
     """A start point that leaves a searched model key out gets it from Optuna, so the first
     proposal is not the shape its file describes (microadder's "57 p" started at 44 p when it
     named neither d_model nor norm_weight). Recipe keys may stay sampled."""
-    from arithsweep.search.shrink import _PointTrial
+    from arithsweep.search.propose.shrink import _PointTrial
 
     space = load_space(name)
     searched = {p.name for p in space.searched if p.name.startswith("model.")}

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 from ray.tune.execution.placement_groups import PlacementGroupFactory
 
-from arithsweep.search.cores import STATE_SAVED, SpareCores, scheduler, trial_cpus
+from arithsweep.search.trials.cores import STATE_SAVED, SpareCores, scheduler, trial_cpus
 
 ROW = {"training_iteration": 3, STATE_SAVED: 1}
 

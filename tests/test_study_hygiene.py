@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import optuna
 
-from arithsweep.search.results import retire_waiting
-from arithsweep.search.searcher import ConstrainedOptunaSearch
-from arithsweep.search.spaces import load_space
-from arithsweep.search.trial import ProposalSizer
+from arithsweep.search.propose.searcher import ConstrainedOptunaSearch
+from arithsweep.search.report.results import retire_waiting
+from arithsweep.search.space.spaces import load_space
+from arithsweep.search.trials.configs import ProposalSizer
 
 
 def _searcher(url: str, name: str) -> ConstrainedOptunaSearch:
@@ -40,7 +40,7 @@ def test_the_study_best_is_a_verified_model_not_a_held_out_estimate(tmp_path):
     skips it), the verified one is the study's best, and one never verified when the search
     ends is infeasible too."""
     from arithsweep.search import run_settings
-    from arithsweep.search.verdicts import tell_verified
+    from arithsweep.search.propose.verdicts import tell_verified
 
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
     search = _searcher(url, "v")
@@ -79,7 +79,7 @@ def test_a_resumed_search_still_tells_the_proposals_it_held_for_verification(tmp
     searcher neither fails it as an orphan nor leaves it RUNNING; it is told from the verdict
     in verified.json (here `state.verified`), and one with no verdict when the search ends."""
     from arithsweep.search import run_settings
-    from arithsweep.search.verdicts import tell_verified
+    from arithsweep.search.propose.verdicts import tell_verified
 
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
     first = _searcher(url, "r")

@@ -344,7 +344,7 @@ def test_a_task_is_built_once_per_name_and_format():
 
 
 def test_trial_builds_share_the_task_and_copy_the_model():
-    from arithsweep.search.trial import _task_and_model
+    from arithsweep.search.trials.configs import _task_and_model
 
     model = {"d_model": 8, "n_heads": 2, "d_ff": 16}
     t1, m1 = _task_and_model("add2", model, {})

@@ -13,10 +13,10 @@ import pytest
 from arithsweep.core.errors import ConfigError
 from arithsweep.core.model.model import ModelConfig, count_params
 from arithsweep.core.yaml_loader import load_yaml
-from arithsweep.search.shrink import _PointTrial, map_entry, shrink_moves
-from arithsweep.search.space_fields import seeds_for
-from arithsweep.search.spaces import RayDefineByRun, load_space
-from arithsweep.search.trial import ProposalSizer
+from arithsweep.search.propose.shrink import _PointTrial, map_entry, shrink_moves
+from arithsweep.search.space.fields import seeds_for
+from arithsweep.search.space.spaces import RayDefineByRun, load_space
+from arithsweep.search.trials.configs import ProposalSizer
 
 SPACE = load_space("tbukic")
 SIZER = ProposalSizer({"task": "add10"})

@@ -200,7 +200,7 @@ def report_detail(report: Any) -> Any:
 
 
 # The live view of `arithsweep search`. Its rows are the driver's events merged per proposal
-# (arithsweep.search.live); `progress` is the driver's SearchProgress as a dict.
+# (arithsweep.search.report.live); `progress` is the driver's SearchProgress as a dict.
 
 FINISHED = ("done", "error", "verified", "rejected")  # proposals whose training has ended
 _STATUS_STYLE = {"running": "cyan", "verified": "green", "rejected": "red", "error": "red",

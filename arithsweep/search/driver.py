@@ -147,7 +147,7 @@ def _settle(opts: SearchOptions, t0: float, verifier: Verifier | None,
     """Everything a search is before Ray starts and before any file is written: its name,
     task, target, space and the entry it starts from. Bad input fails here, in one line."""
     from arithsweep.core.data.tasks import get_task
-    from arithsweep.search.spaces import default_space, load_space
+    from arithsweep.search.space.spaces import default_space, load_space
 
     root = Path(opts.root or Path.cwd() / "searches").expanduser().absolute()
     given = opts.resume or opts.name
@@ -166,8 +166,8 @@ def _settle(opts: SearchOptions, t0: float, verifier: Verifier | None,
         _stored_options(root / name, opts)  # the name must be free
     space = load_space(stored.get("space_path") or opts.space or default_space(task))
     if start is not None:
-        from arithsweep.search.incumbent import start_item
-        from arithsweep.search.shrink import map_entry
+        from arithsweep.search.propose.incumbent import start_item
+        from arithsweep.search.propose.shrink import map_entry
 
         start = start_item(start, map_entry(space, values, task_name), space.name)
     sdir = root / name
@@ -187,13 +187,13 @@ def _starting_entry(opts: SearchOptions, target: float, verifier: Verifier | Non
     """The entry a new search starts from (--from-entry, else the board's smallest unless
     --fresh), verified; (entry, its values, why the board's entry is unused)."""
     if opts.from_entry:  # a new search only (SearchOptions says so)
-        from arithsweep.search.incumbent import entry_incumbent
+        from arithsweep.search.propose.incumbent import entry_incumbent
 
         start, values = entry_incumbent(opts.from_entry, opts.task, target, find_entry,
                                         verifier)
         return start, values, None
     if find_smallest is not None and not opts.resume and not opts.fresh:
-        from arithsweep.search.incumbent import board_incumbent
+        from arithsweep.search.propose.incumbent import board_incumbent
 
         return board_incumbent(opts.task, target, find_smallest)
     return None, None, None
@@ -222,7 +222,7 @@ def _record(s: _Search) -> None:
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "arithsweep_version": __version__,
         "arithmetic": ARITHMETIC, "search_format": SEARCH_FORMAT})
     if s.start is not None:  # the starting incumbent, kept like any verified one
-        from arithsweep.search.incumbent import save_verified
+        from arithsweep.search.propose.incumbent import save_verified
 
         save_verified(sdir, {s.start["trial_id"]: _lean(s.start)})
 
@@ -233,8 +233,10 @@ def _run(s: _Search, on_update: Callable[[dict], None] | None,
     MLflow parent run)."""
     import ray
 
-    from arithsweep.search import replay, run_settings, snapshots, tracking, tuner
-    from arithsweep.search.results import retire_waiting, summarise
+    from arithsweep.search import run_settings, snapshots, tuner
+    from arithsweep.search.report import tracking
+    from arithsweep.search.report.results import retire_waiting, summarise
+    from arithsweep.search.trials import replay
 
     experiment_id, parent_run, started = _start_services(s)
     state = _register(s, on_update, verifier)
@@ -265,7 +267,7 @@ def _start_services(s: _Search) -> tuple[str, str, bool]:
     """The search's MLflow experiment and parent run, and Ray (started or joined): (experiment
     id, parent run id, whether this call started Ray). A new search whose MLflow or Ray fails
     leaves no folder: its name stays free for the corrected command."""
-    from arithsweep.search import tracking
+    from arithsweep.search.report import tracking
 
     try:
         try:
@@ -286,7 +288,8 @@ def _register(s: _Search, on_update: Callable[[dict], None] | None,
               verifier: Verifier | None) -> Any:
     """The running search's state (run_settings.DriverState), which its searcher, stoppers and
     callbacks read by name: deadline, incumbent (a resumed search keeps its own), verifier."""
-    from arithsweep.search import incumbent, run_settings
+    from arithsweep.search import run_settings
+    from arithsweep.search.propose import incumbent
 
     opts = s.opts
     deadline = s.t0 + opts.time_budget if opts.time_budget else None  # startup counts
@@ -305,7 +308,7 @@ def _register(s: _Search, on_update: Callable[[dict], None] | None,
 
 def _close(s: _Search, summary: SearchSummary, before: dict, parent_run: str) -> SearchSummary:
     """summary.json and the MLflow parent run's record, with this run's and all runs' time."""
-    from arithsweep.search import tracking
+    from arithsweep.search.report import tracking
 
     opts = s.opts
     summary.from_entry = (s.stored.get("from_entry") if opts.resume

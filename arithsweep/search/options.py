@@ -58,7 +58,7 @@ class SearchOptions:
     # past them it ends errored and the search goes on (0: no restart)
     max_failures: int = 3
     # --proposals-per-trial: Optuna proposals of one shape trained together as one population
-    # in each Tune trial (see arithsweep.search.packs). None: 1 on CPU (one proposal per
+    # in each Tune trial (see arithsweep.search.trials.packs). None: 1 on CPU (one proposal per
     # trial, as without packs); on a GPU machine with --gpus-per-trial not given, one trial
     # per GPU holding GPU_PROPOSALS proposals, so that a tiny model fills the GPU.
     proposals_per_trial: int | None = None
@@ -216,7 +216,7 @@ class SearchSummary:
     n_tune_trials: int = 0  # Ray Tune trials (packs); n_trials counts proposals
     largest_pack: int = 1  # most proposals one Tune trial trained together
     # near misses this run's deadline cut, below the incumbent: `--resume` trains them again
-    # first (arithsweep.search.replay); `replayed`: the trial ids this run trained again
+    # first (arithsweep.search.trials.replay); `replayed`: the trial ids this run trained again
     cut_near_misses: list[dict] = field(default_factory=list)
     replayed: list[str] = field(default_factory=list)
     # --from-entry: the entry it started from and how it mapped (search.json's "from_entry")

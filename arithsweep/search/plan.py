@@ -12,7 +12,7 @@ starts with: where it starts, then the space, its smallest point, the bound, and
 cap with what ends the search (`options.trial_cap` decides the cap).
 
     python -c "from arithsweep.search.plan import smallest_point; \\
-        from arithsweep.search.spaces import load_space; \\
+        from arithsweep.search.space.spaces import load_space; \\
         print(smallest_point(load_space('tbukic'), 'add10'))"
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from arithsweep.core.errors import ConfigError
-from arithsweep.search.spaces import RayDefineByRun, Space
+from arithsweep.search.space.spaces import RayDefineByRun, Space
 
 # Combinations walked at most: the shipped spaces a search starts from below the board (tbukic,
 # microadder) hold a few thousand; a wider one (adderboard, tiny's int widths) is not walked,
@@ -80,7 +80,7 @@ def _combinations(space: Space, limit: int):
 def smallest_point(space: Space, task: str, limit: int = MAX_POINTS) -> int | None:
     """Unique parameters of the space's smallest valid model for `task`; None when the space
     has more than `limit` combinations of its size keys (or no valid one)."""
-    from arithsweep.search.trial import ProposalSizer
+    from arithsweep.search.trials.configs import ProposalSizer
 
     sizer = ProposalSizer({"task": task})
     walk = _combinations(space, limit)
@@ -103,8 +103,8 @@ def settle(opts: Any, space: Space, task: str, start: dict | None, unused: str |
     """(the trial cap, the lines the search starts with: where it starts, then where and how
     long it searches) for `driver._settle`; ConfigError (one line) when it would train
     nothing: its space holds no point below its start, or a resume's cap is spent."""
-    from arithsweep.search.incumbent import incumbent_of, load_verified
     from arithsweep.search.options import DEFAULT_TRIALS, trial_cap
+    from arithsweep.search.propose.incumbent import incumbent_of, load_verified
 
     cap, why = trial_cap(opts.trials, opts.time_budget, stored)
     smallest = smallest_point(space, task)
@@ -136,8 +136,8 @@ def settle(opts: Any, space: Space, task: str, start: dict | None, unused: str |
 
 def _start_size(space: Space, task: str) -> int | str:
     """Unique parameters of the space's first start point ('?' if it is not a valid model)."""
-    from arithsweep.search.shrink import _full_config
-    from arithsweep.search.trial import ProposalSizer
+    from arithsweep.search.propose.shrink import _full_config
+    from arithsweep.search.trials.configs import ProposalSizer
 
     config = _full_config(space, space.start[0])
     return (ProposalSizer({"task": task})(config) if config else 0) or "?"

@@ -55,7 +55,7 @@ class DriverState:
     # proposal id -> its MLflow run, so a verified entry is recorded with the run it came from
     mlflow_runs: dict[str, str] = field(default_factory=dict)
     # proposal id -> (study, Optuna trial, params, violation): reached the target held-out, told to
-    # Optuna once verified (arithsweep.search.verdicts.tell_verified)
+    # Optuna once verified (arithsweep.search.propose.verdicts.tell_verified)
     awaiting: dict[str, tuple] = field(default_factory=dict)
     # On a resume: the Tune trials the last run ended for good (TERMINATED or ERROR: the
     # deadline, the incumbent, an error), which Tune never restarts, and the concurrency now
@@ -101,7 +101,7 @@ INTERRUPTED = "search interrupted"
 
 def ended_because(name: str) -> str:
     """Why a trial that did not stop itself ended: the search's deadline (Tune then marks it
-    TERMINATED: a resume replays it only as a near miss, see arithsweep.search.replay), else
+    TERMINATED: a resume replays it only as a near miss, see arithsweep.search.trials.replay), else
     the user (Ctrl-C: Tune keeps it unfinished and a resume restarts it)."""
     return DEADLINE if past_deadline(name) else INTERRUPTED
 

@@ -181,7 +181,7 @@ def _fill_checkpoints(exp_dir: Path) -> list[str]:
     the next one and writes the snapshot naming the new one just after, so a driver killed
     between the two leaves a snapshot whose checkpoint Tune refuses to restore ("does not
     exist on storage anymore"), erroring the trial. The newest one holds the trial's own later
-    state, which `trial_state.restored_state` would continue anyway."""
+    state, which `trials.state.restored_state` would continue anyway."""
     snaps = sorted(exp_dir.glob(f"{STATE_PREFIX}*.json"))
     if not snaps:
         return []

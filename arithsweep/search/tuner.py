@@ -22,7 +22,7 @@ def fit(s: Any, exp_dir: Path, experiment_id: str, parent_run: str) -> Any:
     from ray import tune
 
     from arithsweep.search import run_settings
-    from arithsweep.search.trainable import run_trial
+    from arithsweep.search.trials.trainable import run_trial
 
     opts = s.opts
     gpus, per_trial, concurrency = resources(opts)
@@ -61,9 +61,9 @@ def node_cpus() -> int:
 
 
 def constants(s: Any, gpus: float) -> dict[str, Any]:
-    """The search's constants every trial gets (trial.CONST_KEY): what build_trial decides
+    """The search's constants every trial gets (configs.CONST_KEY): what build_trial decides
     by, the stop rules' settings, the space's seed and steps rules."""
-    from arithsweep.search.trial import SEED_RULE, SEED_SCHEME, STEPS_DIGITS, STEPS_RULE
+    from arithsweep.search.trials.configs import SEED_RULE, SEED_SCHEME, STEPS_DIGITS, STEPS_RULE
 
     opts, space, target = s.opts, s.space, s.target
     const = {"task": s.task_name, "target": target, "cpus_per_trial": opts.cpus_per_trial,
@@ -73,7 +73,7 @@ def constants(s: Any, gpus: float) -> dict[str, Any]:
              "space": space.name, "search": s.name, "fail_when": opts.fail_when,
              "patience": opts.patience, "extra_rounds": opts.extra_rounds,
              "near_miss": opts.near_miss, "seed_scheme": SEED_SCHEME}
-    if space.seed_rule:  # how many seeds a proposal trains, by its size (trial.build_trial)
+    if space.seed_rule:  # how many seeds a proposal trains, by its size (configs.build_trial)
         const[SEED_RULE] = [list(row) for row in space.seed_rule]
     if space.steps_rule:  # ... and how many steps (unless --trial-steps fixes them)
         const[STEPS_RULE] = [list(row) for row in space.steps_rule]
@@ -88,17 +88,12 @@ def new_tuner(s: Any, exp_dir: Path, trainable: Any, const: dict[str, Any], per_
     from ray import tune
     from ray.tune.stopper import CombinedStopper
 
-    from arithsweep.search import (
-        cores,
-        incumbent,
-        live,
-        run_settings,
-        searcher,
-        snapshots,
-        tracking,
-    )
-    from arithsweep.search.packs import PackKeyer
-    from arithsweep.search.trial import CONST_KEY, ProposalSizer, describe_trial
+    from arithsweep.search import run_settings, snapshots
+    from arithsweep.search.propose import incumbent, searcher
+    from arithsweep.search.report import live, tracking
+    from arithsweep.search.trials import cores
+    from arithsweep.search.trials.configs import CONST_KEY, ProposalSizer, describe_trial
+    from arithsweep.search.trials.packs import PackKeyer
 
     opts, name = s.opts, s.name
     search = searcher.ConstrainedOptunaSearch(

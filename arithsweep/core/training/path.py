@@ -54,7 +54,7 @@ from arithsweep.core.training.resume import (
 )
 
 PHASES_DIR = "phases"  # <out>/phases/<i>-<name>/{resume,start}
-PATH_STATES = "path"  # a search trial's paths, in its state folder (search/trainable.py)
+PATH_STATES = "path"  # a search trial's paths, in its state folder (search/trials/trainable.py)
 START_DIR = "start"
 ENDED = "ended.json"  # the proposals whose path ended in a phase (their caller's stop)
 

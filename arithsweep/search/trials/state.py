@@ -38,8 +38,8 @@ from arithsweep.core.training.resume import (
     proposal_state,
     same_run,
 )
-from arithsweep.search.cores import GROWN_STATE_SECONDS, STATE_SAVED
-from arithsweep.search.trial import RESUME_FROM
+from arithsweep.search.trials.configs import RESUME_FROM
+from arithsweep.search.trials.cores import GROWN_STATE_SECONDS, STATE_SAVED
 
 STATE = "state"  # a trial checkpoint's training-state folder, beside best/
 # the best model of the trial's finished rounds, saved as the next round begins: what its
@@ -142,7 +142,7 @@ class TrialState:
     def counters(self, ids: list[int]) -> tuple[list[dict[str, Any]], list[int]]:
         """Each proposal's counters saved with the restored state ({} each on a fresh start),
         and the proposals the state's training call was training. `ids`: each proposal's
-        seed trial (`trial.seeds_trial`). A replay of one proposal of a pack the deadline cut
+        seed trial (`configs.seeds_trial`). A replay of one proposal of a pack the deadline cut
         takes that proposal's counters, its members' state (`proposal_state`) and its rounds'
         best model; a state that fits no proposal here is dropped (train from step 0)."""
         saved, busy = _counters(self.extra())

@@ -10,7 +10,7 @@ in a pack, has its own `Plateau` per round (`search.rounds.Proposal`).
 
 Runs in a Ray worker; pure Python, so it is also tried by hand:
 
-    from arithsweep.search.plateau import Plateau
+    from arithsweep.search.trials.plateau import Plateau
     p = Plateau(patience=3)
     [p.update(0.0, 1.7) for _ in range(4)]    # [False, False, False, True]
 """

@@ -10,13 +10,13 @@ it is smaller than the verified incumbent (else the bound would skip it anyway).
 
 A replay is a new Optuna trial with the cut proposal's params and the user attributes `seeds_of`
 = the cut trial's number, which the trial turns into the cut trial's seed block
-(`trial.SEEDS_OF`), and `resume_from` = the cut trial's last checkpoint folder, whose training
-state it continues from mid-run (`trial_state.RESUME_FROM`): its own state, or where it was cut
+(`configs.SEEDS_OF`), and `resume_from` = the cut trial's last checkpoint folder, whose training
+state it continues from mid-run (`state.RESUME_FROM`): its own state, or where it was cut
 inside a pack, its members' part of the pack's state with its own counters
 (`TrialState.counters`). The replay trains alone and gets the near-miss rounds and the polish
 like any proposal. Driver side only:
 
-    from arithsweep.search.replay import cut_near_misses
+    from arithsweep.search.trials.replay import cut_near_misses
     cut_near_misses(summary["trials"], target=0.99, near_miss=0.25, incumbent=57)
 """
 
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from arithsweep.search.run_settings import DEADLINE
-from arithsweep.search.trial import RESUME_FROM, SEEDS_OF, seeds_trial
+from arithsweep.search.trials.configs import RESUME_FROM, SEEDS_OF, seeds_trial
 
 # (a trial the user's Ctrl-C stopped is "search interrupted": Tune keeps it unfinished and
 # the resumed experiment restarts it with its own config, seeds included)

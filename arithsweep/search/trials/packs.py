@@ -11,7 +11,7 @@ proposal. A trial config without `PROPOSALS` is a single proposal, exactly as be
 This module only names things and splits configs and results; it imports neither Ray nor
 torch at import time. Not run directly:
 
-    from arithsweep.search.packs import proposals_of
+    from arithsweep.search.trials.packs import proposals_of
     proposals_of({"proposals": [{"train.lr": 0.01}, {"train.lr": 0.02}], "arithsweep": {}})
 """
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from arithsweep.search.trial import CONST_KEY
+from arithsweep.search.trials.configs import CONST_KEY
 
 PROPOSALS = "proposals"  # Tune config key: the pack's proposal configs (flat, with TRIAL_NUMBER)
 TRIAL_NUMBER = "trial_number"  # a proposal's Optuna trial number (also the seed block index)
@@ -90,7 +90,7 @@ class PackKeyer:
     def __call__(self, config: dict[str, Any]) -> tuple | None:
         from arithsweep.core.errors import ConfigError
         from arithsweep.core.training.packing import pack_key
-        from arithsweep.search.trial import build_trial
+        from arithsweep.search.trials.configs import build_trial
 
         try:
             setup = build_trial({**config, CONST_KEY: self.const})

@@ -3,11 +3,11 @@
 A space file names `model.*` (ModelConfig), `train.*` (TrainConfig) and `format.*` (Format)
 fields; this module reads those dataclasses once (lazily: `arithsweep.core.model.model` imports
 torch, `config` and `tasks` stay light) and answers "is this value of the right type for that
-field, and what is its default?" for the parser in `arithsweep.search.space_file`. It also
+field, and what is its default?" for the parser in `arithsweep.search.space.file`. It also
 holds the one rule a space may give instead of a value: `train.seeds: {by_params: ...}`, the
 seeds a proposal trains by its size (`parse_seed_rule`, `seeds_for`).
 
-    python -c "from arithsweep.search.space_fields import field_specs; \\
+    python -c "from arithsweep.search.space.fields import field_specs; \\
         print(field_specs()['train']['lr'])"
 """
 

@@ -4,7 +4,7 @@ Feasible trials (exact match >= target) are highlighted, the target is a dashed 
 Pareto frontier (fewest parameters for each level of exact match) is drawn as a step line.
 Uses matplotlib's Agg backend, so it works on headless machines and inside Ray drivers.
 
-    python -m arithsweep.search.plots searches/add2-20250101-120000/summary.json
+    python -m arithsweep.search.report.plots searches/add2-20250101-120000/summary.json
 """
 
 from __future__ import annotations
@@ -87,7 +87,8 @@ def frontier(rows: list[dict[str, Any]]) -> list[tuple[int, float]]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m arithsweep.search.plots SEARCH_DIR/summary.json", file=sys.stderr)
+        print("usage: python -m arithsweep.search.report.plots SEARCH_DIR/summary.json",
+              file=sys.stderr)
         return 2
     doc = json.loads(Path(argv[0]).read_text())
     out = plot_params_vs_em(doc["trials"], doc["target"], Path(argv[0]).with_name(

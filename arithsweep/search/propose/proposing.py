@@ -6,7 +6,7 @@ one (`bounding`), queues the shrink moves of a new incumbent (`shrink.Descending
 
 - one proposal: Optuna's next sample, unless it is at or above the search's bound (told at
   once, `Bounding._beyond_bound`, and the next one asked);
-- a pack (`proposals_per_trial` P > 1, see `arithsweep.search.packs`): ask Optuna once for a
+- a pack (`proposals_per_trial` P > 1, see `arithsweep.search.trials.packs`): ask Optuna once for a
   full proposal (it fixes the shape), then P-1 more with every non-per-member parameter pinned
   to the first one's values (`study.enqueue_trial(fixed)` right before `study.ask()`, Optuna's
   own "fixed_params" mechanism), so only the per-member hyperparameters (lr, warmup, weight
@@ -27,9 +27,10 @@ import logging
 import optuna
 from ray.tune.search import Searcher
 
-from arithsweep.search import packs, run_settings
-from arithsweep.search.packs import PROPOSALS, TRIAL_NUMBER
-from arithsweep.search.trial import RESUME_FROM, SEEDS_OF
+from arithsweep.search import run_settings
+from arithsweep.search.trials import packs
+from arithsweep.search.trials.configs import RESUME_FROM, SEEDS_OF
+from arithsweep.search.trials.packs import PROPOSALS, TRIAL_NUMBER
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ MAX_SKIPS = 200  # proposals in a row above the bound before the space counts as
 
 def numbers(ot_trial: optuna.Trial) -> dict[str, int]:
     """The config keys naming a proposal's Optuna trial and, for a replay of a proposal the
-    deadline cut (arithsweep.search.replay), the trial whose seeds it trains and the
+    deadline cut (arithsweep.search.trials.replay), the trial whose seeds it trains and the
     checkpoint whose training state it continues."""
     attrs = ot_trial.user_attrs
     return {TRIAL_NUMBER: ot_trial.number,

@@ -26,7 +26,7 @@ What a proposal keeps between rounds (`saved`) goes into every training state, s
 trial, or the replay of a proposal the deadline cut, continues where it was. Runs in a Ray
 worker, driven by `search.trainable.TrialRunner`; `next_round` is tried by hand:
 
-    from arithsweep.search.rounds import next_round
+    from arithsweep.search.trials.rounds import next_round
     next_round(train_cfg, best_index=5)      # seed 5 alone, twice the steps
 """
 
@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from arithsweep.core.errors import ConfigError
-from arithsweep.search.plateau import Plateau, digit_accuracy, lr_share, patience_for
+from arithsweep.search.trials.plateau import Plateau, digit_accuracy, lr_share, patience_for
 
 REACHED = "reached target"  # a stop reason: the full check passed (or a finisher got it there)
 CONTINUE_SEEDS = 8  # a "continue" round's members: data orders are cheap in a tiny pack

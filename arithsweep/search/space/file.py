@@ -32,7 +32,7 @@ fails is left out of the sample, so its dataclass default applies.
 `train.seeds` may instead be a rule on the proposal's size, `{by_params: [[60, 8], [50, 32],
 [0, 64]]}`: rows [min_params, seeds], min_params falling to 0, the first row the proposal's
 unique parameters reach wins (8 seeds at 60 p and up, 32 at 50-59, 64 below 50); see
-`space_fields.parse_seed_rule`, applied by `arithsweep.search.trial.build_trial`.
+`fields.parse_seed_rule`, applied by `arithsweep.search.trials.configs.build_trial`.
 `train.steps` may be such a rule too (`{by_params: [[50, 25000], [0, 40000]]}`): smaller
 proposals take longer to grok; `--trial-steps` still overrides it. Its `digits: 3` says the
 rows are for 3-digit operands: an n-digit task trains n/3 times as long.
@@ -40,9 +40,9 @@ rows are for 3-digit operands: an n-digit task trains n/3 times as long.
 This module holds the parsed data classes (`Condition`, `Param`, `SpaceFile`), the YAML
 loader and `parse_space_file`, and every validation error (each is one ConfigError naming
 file and key). Sampling them with Optuna, the Ray glue and finding shipped files live in
-`arithsweep.search.spaces`, which re-exports the names here that callers use.
+`arithsweep.search.space.spaces`, which re-exports the names here that callers use.
 
-    python -c "from arithsweep.search.space_file import parse_space_file as p; \\
+    python -c "from arithsweep.search.space.file import parse_space_file as p; \\
         f = 'search_spaces/tiny.yaml'; print(*p(open(f).read(), f).params, sep='\\n')"
 """
 
@@ -62,7 +62,7 @@ from arithsweep.core.config import MODEL_WORDS
 from arithsweep.core.data.formats import MICROADDER_PLACES
 from arithsweep.core.errors import ConfigError
 from arithsweep.core.yaml_loader import describe_error, load_yaml
-from arithsweep.search.space_fields import (
+from arithsweep.search.space.fields import (
     RULE_FIELDS,
     RULE_KEY,
     SECTIONS,
@@ -101,7 +101,7 @@ _SCALAR = (bool, int, float, str, type(None))
 
 @dataclass
 class SpaceFile:
-    """A parsed, validated space file; `arithsweep.search.spaces.Space` adds the Optuna side."""
+    """A parsed, validated space file; `space.spaces.Space` adds the Optuna side."""
 
     name: str
     description: str

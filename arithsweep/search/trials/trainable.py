@@ -6,7 +6,7 @@ each is judged on its own curve by the rules of `search.rounds` (reached, platea
 a near miss gets the finishers and its next rounds there, trained alone, one proposal after
 another. A single proposal is a pack of one: the same rules, the same code. Every evaluation is
 reported to Tune (`tune.report`; a pack's under `p<j>/` keys, `packs.key`), with a checkpoint
-(the best model(s) and the whole training state, see `trial_state`) whenever a best improves
+(the best model(s) and the whole training state, see `state`) whenever a best improves
 and every `checkpoint_every` steps or about `checkpoint_seconds`; a trial Tune restores, or the
 replay of a proposal the deadline cut (`search.replay`, alone or from a pack), continues
 mid-run from it.
@@ -27,11 +27,11 @@ from typing import Any
 from ray import tune
 
 from arithsweep.core.errors import ConfigError
-from arithsweep.search import cores, packs
 from arithsweep.search.options import SearchOptions
-from arithsweep.search.rounds import REACHED, Proposal, gets_finishers
-from arithsweep.search.trial import CONST_KEY, build_trial, params_if_possible, seeds_trial
-from arithsweep.search.trial_state import STATE, TrialState
+from arithsweep.search.trials import cores, packs
+from arithsweep.search.trials.configs import CONST_KEY, build_trial, params_if_possible, seeds_trial
+from arithsweep.search.trials.rounds import REACHED, Proposal, gets_finishers
+from arithsweep.search.trials.state import STATE, TrialState
 
 
 def run_trial(config: dict[str, Any]) -> None:
@@ -132,7 +132,7 @@ class TrialRunner:
         ones a plateau could only end a phase that its steps end anyway."""
         from arithsweep.core.training.path import PATH_STATES, phase_configs, train_paths
         from arithsweep.core.training.resume import latest_state
-        from arithsweep.search.plateau import Plateau, patience_for
+        from arithsweep.search.trials.plateau import Plateau, patience_for
 
         self.busy = group
         cfgs = [self.proposals[j].cfg for j in group]

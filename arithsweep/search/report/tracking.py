@@ -3,8 +3,8 @@
 `MlflowTrialCallback` (a Tune callback, pickled with the experiment: keep it in this importable
 module) logs each proposal's params, its metric curves (step = training step), its stop reason
 and seeds reached, the best checkpoint as an artifact and FINISHED / FAILED. A Tune trial is
-one proposal or a pack of several (`arithsweep.search.packs`): each proposal is its own Optuna
-trial and so its own run, tagged with its Tune trial and its place in the pack. The
+one proposal or a pack of several (`arithsweep.search.trials.packs`): each proposal is its own
+Optuna trial and so its own run, tagged with its Tune trial and its place in the pack. The
 `mlflow_*` functions create the database, experiment and parent run before any trial starts
 (trials racing to create a fresh SQLite schema is a known failure), tag verified runs and
 close the search. Workers never touch MLflow.
@@ -22,7 +22,8 @@ from pathlib import Path
 
 from ray import tune
 
-from arithsweep.search import packs, run_settings
+from arithsweep.search import run_settings
+from arithsweep.search.trials import packs
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ import math
 import optuna
 
 from arithsweep.search import run_settings
-from arithsweep.search.packs import TRIAL_NUMBER
-from arithsweep.search.verdicts import tell_verified
+from arithsweep.search.propose.verdicts import tell_verified
+from arithsweep.search.trials.packs import TRIAL_NUMBER
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ proposals held back until the driver has verified them (`tell_verified`).
 A proposal whose trial reached the target is not told to Optuna when its trial ends: it waits
 in the search's `run_settings` state until verification (from its weights alone, on problems
 training never saw) says whether it qualifies, so Optuna's feasible set is the verified one.
-The searcher (`arithsweep.search.searcher`) calls `tell_verified` on each suggestion and the
+The searcher (`arithsweep.search.propose.searcher`) calls `tell_verified` on each suggestion and the
 driver once more at the end. Not run directly.
 """
 

@@ -92,7 +92,7 @@ class VerifyCallback(tune.Callback):
         self._name, self._sdir, self._target = name, sdir, float(target)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        from arithsweep.search import packs
+        from arithsweep.search.trials import packs
 
         if trial.checkpoint is None:
             return

@@ -2,7 +2,7 @@
 
 `trial_rows` turns Tune's ResultGrid into one dict per proposal (size, best exact match, why
 it stopped, seeds that reached the target out of seeds trained, its best checkpoint): a Tune
-trial is one proposal, or a pack of several (see `arithsweep.search.packs`), and the summary
+trial is one proposal, or a pack of several (see `arithsweep.search.trials.packs`), and the summary
 counts proposals, since each is its own Optuna trial and MLflow run;
 `architecture_rates` groups them by architecture into success rates; `close_unreported`
 fails the Optuna trials and MLflow runs that the search deadline cut off unreported;
@@ -15,10 +15,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from arithsweep.search import packs, tracking
 from arithsweep.search.options import SearchSummary
+from arithsweep.search.report import tracking
 from arithsweep.search.run_settings import DEADLINE, INTERRUPTED
-from arithsweep.search.trial import CONST_KEY
+from arithsweep.search.trials import packs
+from arithsweep.search.trials.configs import CONST_KEY
 
 
 def trial_rows(results: Any, target: float, stop_reasons: dict[str, str] | None = None,
@@ -70,7 +71,7 @@ def _stop_reason(m: dict[str, Any], errored: bool, driver_reason: str | None,
 
 
 def _architecture(config: dict[str, Any]) -> str:
-    from arithsweep.search.trial import build_trial
+    from arithsweep.search.trials.configs import build_trial
 
     try:
         return build_trial(config).model_cfg.summary()
@@ -147,10 +148,10 @@ def summarise(s: Any, results: Any, experiment_id: str, state: Any,
     """Search `s`'s summary (driver._Search) once its fit is over: every proposal's row, the
     last verifications, Optuna told of every proposal, the best, the frontier plot, the near
     misses this run's deadline cut. `state`: its run_settings.DriverState."""
-    from arithsweep.search import incumbent, verdicts
-    from arithsweep.search.plots import frontier, plot_params_vs_em
-    from arithsweep.search.replay import cut_near_misses
+    from arithsweep.search.propose import incumbent, verdicts
+    from arithsweep.search.report.plots import frontier, plot_params_vs_em
     from arithsweep.search.run_settings import ended_because
+    from arithsweep.search.trials.replay import cut_near_misses
 
     opts, name, sdir, target, mlflow_uri = s.opts, s.name, s.sdir, s.target, s.mlflow_uri
     rows = trial_rows(results, target, state.stop_reasons, ended_because(name))

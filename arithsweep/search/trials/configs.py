@@ -6,7 +6,7 @@ module turns that into a Task, ModelConfig and TrainConfig (`build_trial`), tell
 how many unique parameters a proposal has before anything trains (`ProposalSizer`, picklable)
 and lists a trial's MLflow params (`describe_trial`).
 
-    python -c "from arithsweep.search.trial import build_trial; \\
+    python -c "from arithsweep.search.trials.configs import build_trial; \\
         print(build_trial({'model.d_model': 8, 'arithsweep': {'task': 'add2', 'target': 0.9}}))"
 """
 
@@ -25,15 +25,15 @@ CONST_KEY = "arithsweep"  # param_space key holding the search's constants (task
 SEED_BLOCK = 1 << 20
 TRIALS_PER_SEED = 1 << 16  # Optuna trials with seeds of their own per --seed (then they wrap)
 SEED_SCHEME = 2  # written into a new search's constants: see seed_block
-# A replay of a proposal the search deadline cut (arithsweep.search.replay) trains the seed
+# A replay of a proposal the search deadline cut (arithsweep.search.trials.replay) trains the seed
 # block of the trial it replays, named by this config key, instead of its own
 SEEDS_OF = "seeds_of"
-# ... and continues the cut trial's training state from this checkpoint folder (trial_state)
+# ... and continues the cut trial's training state from this checkpoint folder (state)
 RESUME_FROM = "resume_from"
-# Constants key: the space's seed rule ([[min_params, seeds], ...], space_fields.seeds_for)
+# Constants key: the space's seed rule ([[min_params, seeds], ...], space.fields.seeds_for)
 SEED_RULE = "seed_rule"
 STEPS_RULE = "steps_rule"  # ... and its steps rule, the same way
-STEPS_DIGITS = "steps_digits"  # ... for operands this long (scaled to the task's: space_fields)
+STEPS_DIGITS = "steps_digits"  # ... for operands this long (scaled to the task's: space.fields)
 
 
 @dataclass
@@ -46,7 +46,7 @@ class TrialSetup:
 
 def trial_sections(config: dict[str, Any]) -> tuple[dict, dict, dict, dict]:
     """Split a trial config into (model, train, format, constants) plain dicts."""
-    from arithsweep.search.spaces import config_from_tune
+    from arithsweep.search.space.spaces import config_from_tune
 
     nested = config_from_tune({k: v for k, v in config.items() if k != CONST_KEY})
     return (dict(nested["model"]), dict(nested["train"]), dict(nested["format"]),
@@ -113,7 +113,7 @@ def build_trial(config: dict[str, Any]) -> TrialSetup:
     """
     from arithsweep.core.config import TrainConfig
     from arithsweep.core.model.model import count_params
-    from arithsweep.search.space_fields import seeds_for, steps_for_digits
+    from arithsweep.search.space.fields import seeds_for, steps_for_digits
 
     model, train, fmt, const = trial_sections(config)
     task, model_cfg = _task_and_model(const["task"], model, fmt)

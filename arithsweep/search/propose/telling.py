@@ -22,8 +22,8 @@ import warnings
 
 import optuna
 
-from arithsweep.search import packs
-from arithsweep.search.verdicts import constrain
+from arithsweep.search.propose.verdicts import constrain
+from arithsweep.search.trials import packs
 
 log = logging.getLogger(__name__)
 

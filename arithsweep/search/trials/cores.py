@@ -17,7 +17,7 @@ trial that starts waiting gets its core back within about that.
 
 Driver side (the scheduler) and worker side (`trial_cpus`); `tuner.new_tuner` builds it with:
 
-    from arithsweep.search.cores import scheduler
+    from arithsweep.search.trials.cores import scheduler
     scheduler(cpus_per_trial=1.0, gpus=0.0, node_cpus=2)   # None where it does not apply
 """
 

@@ -1,7 +1,7 @@
 """Search spaces meet Optuna here: sampling, the Ray define-by-run function, finding spaces.
 
 This module is the ONE place the YAML format (parsed and validated by
-`arithsweep.search.space_file`, where the format is documented) is translated to Optuna:
+`arithsweep.search.space.file`, where the format is documented) is translated to Optuna:
 `Space.suggest` samples a space define-by-run, `Space.ray_define_by_run` wraps it for Ray's
 OptunaSearch, `config_from_tune` turns the config Ray hands a trainable back into sections,
 and `load_space` / `list_spaces` find the shipped files or read one by path.
@@ -11,7 +11,7 @@ Optuna parameter names are `section.field` ("model.d_model", "train.lr").
 `RayDefineByRun`, `Space`, `Param` and `Condition` stay importable from here: Ray pickles the
 define-by-run function by reference and saved searches name these paths.
 
-    python -c "from arithsweep.search.spaces import *; \\
+    python -c "from arithsweep.search.space.spaces import *; \\
         print(*load_space('tiny').dimensions, sep='\\n')"
 """
 
@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from arithsweep.core.errors import ConfigError
-from arithsweep.search.space_fields import describe_seed_rule
-from arithsweep.search.space_file import (
+from arithsweep.search.space.fields import describe_seed_rule
+from arithsweep.search.space.file import (
     SECTIONS,
     Condition,
     Param,

@@ -4,7 +4,7 @@
 module) turns trial start / result / completion / error into plain event dicts and hands them
 to the `on_update` function registered for the search (`arithsweep.search.run_settings`); the
 CLI draws its Rich live table from them. Events are per proposal: a pack (a Tune trial training
-several proposals, `arithsweep.search.packs`) gives one event per proposal, with the proposal
+several proposals, `arithsweep.search.trials.packs`) gives one event per proposal, with the proposal
 id as `trial_id` and the Tune trial as `tune_trial_id`. Not run directly.
 """
 
@@ -15,8 +15,9 @@ from typing import Any
 
 from ray import tune
 
-from arithsweep.search import packs, run_settings
-from arithsweep.search.tracking import error_line, error_text
+from arithsweep.search import run_settings
+from arithsweep.search.report.tracking import error_line, error_text
+from arithsweep.search.trials import packs
 
 
 def trial_dirname(trial) -> str:
@@ -45,7 +46,7 @@ class LiveCallback(tune.Callback):
         pid = event["trial_id"]
         if pid not in setups:
             try:  # a pack member's own config: the pack's is not one model
-                from arithsweep.search.trial import build_trial
+                from arithsweep.search.trials.configs import build_trial
                 setup = build_trial(packs.proposals_of(trial.config or {})[j])
                 setups[pid] = (setup.model_cfg.summary(), setup.params, setup.train_cfg.seeds)
             except Exception:

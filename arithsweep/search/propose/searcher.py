@@ -27,10 +27,10 @@ from ray.tune.search import ConcurrencyLimiter, SearchGenerator
 from ray.tune.search.optuna import OptunaSearch
 
 from arithsweep.search import run_settings
-from arithsweep.search.bounding import Bounding
-from arithsweep.search.proposing import MAX_SKIPS, Proposing
-from arithsweep.search.shrink import Descending
-from arithsweep.search.telling import Telling
+from arithsweep.search.propose.bounding import Bounding
+from arithsweep.search.propose.proposing import MAX_SKIPS, Proposing
+from arithsweep.search.propose.shrink import Descending
+from arithsweep.search.propose.telling import Telling
 
 __all__ = ["MAX_SKIPS", "BudgetedSearchGenerator", "ConstrainedOptunaSearch"]
 

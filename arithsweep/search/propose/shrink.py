@@ -17,8 +17,9 @@ entry: `map_entry` finds the entry's point in the space (each searched key takes
 value where the space allows it) and says which keys could not be mapped. `Descending` is the
 searcher's part that queues them (a mixin of `searcher.ConstrainedOptunaSearch`).
 
-    python -c "from arithsweep.search.shrink import *; from arithsweep.search.spaces import *; \\
-        from arithsweep.search.trial import ProposalSizer; s = load_space('tiny'); \\
+    python -c "from arithsweep.search.propose.shrink import *; \\
+        from arithsweep.search.space.spaces import *; \\
+        from arithsweep.search.trials.configs import ProposalSizer; s = load_space('tiny'); \\
         print(shrink_moves(s, s.start[0], ProposalSizer({'task': 'add3'})))"
 """
 
@@ -28,8 +29,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from arithsweep.search.space_fields import fmt_value
-from arithsweep.search.spaces import RayDefineByRun, Space
+from arithsweep.search.space.fields import fmt_value
+from arithsweep.search.space.spaces import RayDefineByRun, Space
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +172,7 @@ def map_entry(space: Space, values: dict[str, Any], task: str) -> dict[str, Any]
     values included), "params": the point's unique parameters (0 if not a valid model)}.
     `values` are the entry's `model.*`, `train.*` and `format.*` fields."""
     from arithsweep.core.errors import ConfigError
-    from arithsweep.search.trial import CONST_KEY, build_trial
+    from arithsweep.search.trials.configs import CONST_KEY, build_trial
 
     walk = _EntryTrial(values)
     config = RayDefineByRun(space)(walk)
