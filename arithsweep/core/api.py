@@ -256,7 +256,7 @@ def finish_job(checkpoint: str | Path, out: str | Path,
     from arithsweep.core.model.model import ArithTransformer
     from arithsweep.core.overrides import split_overrides
     from arithsweep.core.training.finish import finish, finishers_on
-    from arithsweep.core.training.train import ONE_KIND  # the finishers score on torch's layout
+    from arithsweep.core.training.train import ONE_KIND  # on either finish_layout (below)
 
     ck = load_checkpoint(checkpoint)
     m_over, t_over = split_overrides(overrides)
@@ -276,6 +276,8 @@ def finish_job(checkpoint: str | Path, out: str | Path,
     sha = save_checkpoint(out, model, ck.task, 0, cfg, {"eval_exact_match": done.held_out},
                           {**ck.meta, "finished_from": ck.sha256,
                            "finished_by": done.finished_by, "final_exact_match": final,
+                           # CMA-ES's covariance algebra runs in numpy, whose BLAS picks its
+                           # kernels by CPU: no test holds a finish's bits across machines
                            "final_problems": check.what, "repeats": ONE_KIND,
                            # with start/ below: `finish start --set ...` makes it again
                            "finish_set": dict(t_over)})

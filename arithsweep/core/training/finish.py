@@ -16,6 +16,9 @@ fields (0 = off), in this order:
   model of at most CMAES_MAX_PARAMS numbers, scored on the same training-split pool (error
   rate + answer-token cross entropy); every generation's candidates are one packed model.
 
+Both compute their forwards and losses in the layout `finish_layout` names (finish_score.py:
+torch's by default, the tiny kernel on request); each record says which.
+
 Each finisher is judged on the run's own held-out evaluation set (`confirm.eval_problems`,
 disjoint from the training split; never the verification suite): fine-tuning is kept unless
 held-out exact match falls (its best round by that measure), CMA-ES only if it rises; what is
@@ -30,7 +33,6 @@ best seed misses the target, a search trial when it misses it at FINISH_FLOOR or
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,12 +40,12 @@ from typing import Any
 
 import torch
 
-import arithsweep.core.training.train as T  # looked up at call time, as population does
 from arithsweep.core.config import TrainConfig
 from arithsweep.core.data.tasks import Task
 from arithsweep.core.evaluation.confirm import eval_problems
 from arithsweep.core.evaluation.evaluate import EvalSet, answer_start, exact_match
 from arithsweep.core.model.model import ArithTransformer, ModelConfig
+from arithsweep.core.training.finish_score import Scorer, held_out_em, objective, scorer
 
 FINETUNE, CMAES = "targeted fine-tuning", "cma-es"
 # a search trial below the target whose best held-out exact match is at least this gets the
@@ -57,7 +59,6 @@ CMAES_MAX_PARAMS = 128
 # error pairs fill at most this share of a fine-tuning batch (as in the polish phase), so
 # that many errors cannot crowd out the padding that keeps the rest of the model in place
 ERROR_SHARE = 0.5
-LOSS_TOKENS = 1 << 17  # tokens per forward when scoring CMA-ES candidates (all members together)
 
 Passes = Callable[[ArithTransformer], bool]
 
@@ -96,10 +97,6 @@ def training_pool(task: Task, cfg: TrainConfig, gen: torch.Generator,
     return tuple(torch.cat([p[i] for p in parts]) for i in range(3))
 
 
-def _held_out_em(model: ArithTransformer, task: Task, held: EvalSet) -> list[float]:
-    return exact_match(model, task, held).float().mean(1).tolist()  # (K,)
-
-
 def finish(task: Task, model_cfg: ModelConfig, cfg: TrainConfig,
            state: dict[str, torch.Tensor], passes: Passes | None = None,
            max_params: int = CMAES_MAX_PARAMS) -> Finished:
@@ -107,22 +104,24 @@ def finish(task: Task, model_cfg: ModelConfig, cfg: TrainConfig,
     `passes(model)` holds (default: held-out exact match >= cfg.target). The input `state` is
     never written to."""
     device = next(iter(state.values())).device
+    sc = scorer(model_cfg, cfg, device)  # before any work: a refused finish_layout is one line
     model = ArithTransformer.from_member_state(model_cfg, state).to(device)
     a, b, op = eval_problems(task, cfg.eval_size, cfg.train_digits)
     held = EvalSet(task, a, b, op, device)
     gen = torch.Generator().manual_seed(0xF1_7150 + cfg.seed)
     pool = training_pool(task, cfg, gen)
     if passes is None:
-        passes = lambda m: _held_out_em(m, task, held)[0] >= cfg.target  # noqa: E731
-    before = now = _held_out_em(model, task, held)[0]
+        passes = lambda m: held_out_em(m, task, held, sc)[0] >= cfg.target  # noqa: E731
+    before = now = held_out_em(model, task, held, sc)[0]
     done = Finished(state, before, before)
     order = [(FINETUNE, cfg.finish_rounds, _finetune), (CMAES, cfg.finish_cmaes_evals, _cmaes)]
     for name, on, run in order:
         if not on:
             continue
         t0 = time.perf_counter()
-        rec = {"finisher": name,
-               **run(model, task, cfg, pool, held, now, gen, done, passes, max_params)}
+        with sc.threads():
+            rec = {"finisher": name, "layout": sc.layout,
+                   **run(model, task, cfg, pool, held, now, gen, done, passes, max_params, sc)}
         if rec["kept"]:
             now = rec["held_out_after"]
             rec.setdefault("passes", bool(passes(model)))
@@ -152,7 +151,7 @@ def finish_best(result: Any, check: Any) -> dict[str, Any]:
 
 def _finetune(model: ArithTransformer, task: Task, cfg: TrainConfig, pool, held: EvalSet,
               before: float, gen: torch.Generator, done: Finished, passes: Passes,
-              _max: int) -> dict[str, Any]:
+              _max: int, sc: Scorer) -> dict[str, Any]:
     """Rounds of mine-then-train on the pool's errors, until none is left, the round limit,
     or a round that `passes`; the best round by held-out exact match (later rounds win ties:
     they fixed more training errors) is kept unless it is below `before`, else `model` is put
@@ -163,7 +162,7 @@ def _finetune(model: ArithTransformer, task: Task, cfg: TrainConfig, pool, held:
     best, best_em = saved, before
     pairs, ems, stop = [], [], "round limit"
     for r in range(cfg.finish_rounds + 1):
-        wrong = ~exact_match(model, task, pool_set)[0]  # (P,)
+        wrong = ~exact_match(model, task, pool_set, forward=sc.forward)[0]  # (P,)
         pairs.append(int(wrong.sum()))
         if not pairs[-1]:
             stop = "no errors left in the pool"
@@ -172,10 +171,10 @@ def _finetune(model: ArithTransformer, task: Task, cfg: TrainConfig, pool, held:
             break
         errs = tuple(x[wrong] for x in pool)
         done.mined.append(errs)
-        if not _train_round(model, task, cfg, errs, gen, start, B, held.device):
+        if not _train_round(model, task, cfg, errs, gen, start, B, held.device, sc):
             stop = "non-finite loss"
             break
-        ems.append(_held_out_em(model, task, held)[0])
+        ems.append(held_out_em(model, task, held, sc)[0])
         if ems[-1] >= best_em:
             best, best_em = model.member_state(0), ems[-1]
             if passes(model):
@@ -190,9 +189,10 @@ def _finetune(model: ArithTransformer, task: Task, cfg: TrainConfig, pool, held:
 
 
 def _train_round(model: ArithTransformer, task: Task, cfg: TrainConfig, errs, gen, start: int,
-                 B: int, device: torch.device) -> bool:
-    """finish_steps AdamW steps on error pairs padded with fresh training problems; False
-    (and the round's damage left for the caller to undo) on a non-finite loss."""
+                 B: int, device: torch.device, sc: Scorer) -> bool:
+    """finish_steps AdamW steps on error pairs padded with fresh training problems, the loss
+    and its gradients from `sc`'s layout; False (and the round's damage left for the caller
+    to undo) on a non-finite loss."""
     n_err = min(int(errs[0].numel()), max(1, int(B * ERROR_SHARE)))
     n_pad = B - n_err
     et, em = (x.to(device) for x in task.encode(*errs))  # (E, T), (E, T-1)
@@ -212,7 +212,7 @@ def _train_round(model: ArithTransformer, task: Task, cfg: TrainConfig, errs, ge
         tokens = torch.cat([et[idx], pt[s * n_pad:(s + 1) * n_pad]])[None]  # (1, B, T)
         mask = torch.cat([em[idx], pm[s * n_pad:(s + 1) * n_pad]])[None]  # (1, B, T-1)
         opt.zero_grad(set_to_none=True)
-        loss = T._loss_fn(model, tokens, mask, start).sum()
+        loss = sc.loss(model, tokens, mask, start).sum()
         if not torch.isfinite(loss):
             return False
         loss.backward()
@@ -237,25 +237,6 @@ def _load_rows(model: ArithTransformer, X: torch.Tensor) -> None:
             off += n
 
 
-@torch.no_grad()
-def _objective(packed: ArithTransformer, task: Task, pool_set: EvalSet, tokens: torch.Tensor,
-               mask: torch.Tensor, start: int) -> list[float]:
-    """Per member: error rate on the pool + its answer-token cross entropy, which breaks the
-    error rate's ties, so CMA-ES sees a slope where exact match is flat."""
-    K, P = packed.k, tokens.shape[0]
-    wrong = 1.0 - exact_match(packed, task, pool_set).double().mean(1)  # (K,)
-    chunk = max(1, LOSS_TOKENS // (K * tokens.shape[1]))
-    ce, w = torch.zeros(K, dtype=torch.float64), 0.0
-    for s in range(0, P, chunk):
-        t, m = tokens[s:s + chunk], mask[s:s + chunk]  # (c, T), (c, T-1)
-        n = float(m[:, start:].sum())
-        ce += T._loss_fn(packed, t.expand(K, *t.shape), m.expand(K, *m.shape),
-                         start).double().cpu() * n
-        w += n
-    f = (wrong + ce / max(w, 1.0)).tolist()
-    return [x if math.isfinite(x) else math.inf for x in f]
-
-
 def cmaes_seed(seed: int) -> int:
     """The seed CMA-ES gets for training seed `seed`: numpy's legacy seeding takes 1..2**32-1
     (0 would mean "from the clock"), and a search's seeds are far larger (2e11)."""
@@ -264,7 +245,7 @@ def cmaes_seed(seed: int) -> int:
 
 def _cmaes(model: ArithTransformer, task: Task, cfg: TrainConfig, pool, held: EvalSet,
            before: float, gen: torch.Generator, done: Finished, _passes: Passes,
-           max_params: int) -> dict[str, Any]:
+           max_params: int, sc: Scorer) -> dict[str, Any]:
     """CMA-ES from the member's weights on the pool objective; the best candidate replaces
     them only if it answers more held-out problems."""
     import cma
@@ -285,11 +266,11 @@ def _cmaes(model: ArithTransformer, task: Task, cfg: TrainConfig, pool, held: Ev
         packed = ArithTransformer(model.cfg, k=es.popsize,
                                   generator=torch.Generator().manual_seed(0)).to(device)
         _load_rows(packed, x0[None].expand(es.popsize, n))
-        f0 = _objective(packed, task, pool_set, tokens, mask, start)[0]
+        f0 = objective(packed, task, pool_set, tokens, mask, start, sc)[0]
         while not es.stop():
             X = es.ask()
             _load_rows(packed, torch.as_tensor(np.asarray(X)))
-            es.tell(X, _objective(packed, task, pool_set, tokens, mask, start))
+            es.tell(X, objective(packed, task, pool_set, tokens, mask, start, sc))
     finally:
         np.random.set_state(rng)
     rec = {"evals": int(es.result.evaluations), "sigma": sigma, "params": n,
@@ -299,7 +280,7 @@ def _cmaes(model: ArithTransformer, task: Task, cfg: TrainConfig, pool, held: Ev
         return rec
     cand = ArithTransformer.from_member_state(model.cfg, model.member_state(0)).to(device)
     _load_rows(cand, torch.as_tensor(es.result.xbest)[None])
-    after = _held_out_em(cand, task, held)[0]
+    after = held_out_em(cand, task, held, sc)[0]
     rec["held_out_candidate"] = after
     if after > before:
         model.load_member_state(0, cand.member_state(0))
