@@ -13,8 +13,9 @@ exact match >= target, assembled from its parts by job, each a module of its own
 
 Both are pickled by Tune into the experiment state, with their attributes (all set here, in
 `__init__`): keep them in this importable module under these names, or a resume cannot
-unpickle them; run-time settings come from `arithsweep.search.run_settings`. Not run directly;
-`arithsweep.search.driver.run_search` wires them together.
+unpickle them (a module that moves keeps its old name in `arithsweep.search.MOVED`, as this one
+did: arithsweep.search.searcher); run-time settings come from `arithsweep.search.run_settings`.
+Not run directly; `arithsweep.search.driver.run_search` wires them together.
 """
 
 from __future__ import annotations
