@@ -28,7 +28,7 @@ class SearchOptions:
     concurrency: int | None = None  # max trials at once; default: as many as resources allow
     cpus_per_trial: float = 1.0
     # --spare-cores/--no-spare-cores: a CPU trial running alone is lent the cores no other
-    # trial holds and gives them back when another waits (search.cores)
+    # trial holds and gives them back when another waits (search.trials.cores)
     spare_cores: bool = True
     gpus_per_trial: float | None = None  # fractions allowed; default 1 if the cluster has GPUs
     time_budget: float = 0.0  # seconds for the whole search (0 = none)

@@ -102,7 +102,7 @@ def new_tuner(s: Any, exp_dir: Path, trainable: Any, const: dict[str, Any], per_
         start=s.space.start, proposals=per_trial, keyer=PackKeyer(const))
     # No multi-fidelity scheduler: a trial stops on its own curve (see trainable); from
     # outside only the incumbent (a verified model no larger) or the deadline stops it. The
-    # one scheduler re-sizes a trial running alone (search.cores), without stopping it.
+    # one scheduler re-sizes a trial running alone (search.trials.cores), without stopping it.
     gpus = float(const.get("device") == "cuda")
     sched = cores.scheduler(opts.cpus_per_trial, gpus, node_cpus()) if opts.spare_cores else None
     callbacks = [tracking.MlflowTrialCallback(name, s.mlflow_uri, experiment_id, parent_run,

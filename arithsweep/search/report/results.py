@@ -198,7 +198,7 @@ def summarise(s: Any, results: Any, experiment_id: str, state: Any,
 
 def cpu_seconds(result: Any, per_trial: float) -> float:
     """CPU-seconds of one Tune trial: each stretch between its rows times the CPUs the row was
-    trained on (a trial running alone may have been lent more: search.cores)."""
+    trained on (a trial running alone may have been lent more: search.trials.cores)."""
     total = float((result.metrics or {}).get("time_total_s") or 0.0)
     df = getattr(result, "metrics_dataframe", None)
     if df is None or "cpus" not in df or "time_total_s" not in df:

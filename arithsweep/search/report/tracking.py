@@ -45,7 +45,7 @@ class MlflowTrialCallback(tune.Callback):
     """
 
     METRICS = ("best_em", "em", "loss", "params", "examples", "elapsed", "lr", "failed_seeds",
-               "cpus")  # cpus: a lone trial lent the idle cores (search.cores)
+               "cpus")  # cpus: a lone trial lent the idle cores (search.trials.cores)
 
     def __init__(self, name: str, tracking_uri: str, experiment_id: str, parent_run_id: str,
                  describe: Callable[[dict], dict[str, str]], target: float) -> None:

@@ -6,7 +6,7 @@ seed improved its exact match, its per-digit accuracy or its loss. A tiny model 
 answer digits are being learnt one by one, or whose loss still falls, keeps training; one whose
 best seed has learnt a tenth of the problems keeps training while the lr is above half its peak
 (it oscillates until the schedule's low-lr end settles it). Every proposal of a trial, alone or
-in a pack, has its own `Plateau` per round (`search.rounds.Proposal`).
+in a pack, has its own `Plateau` per round (`search.trials.rounds.Proposal`).
 
 Runs in a Ray worker; pure Python, so it is also tried by hand:
 

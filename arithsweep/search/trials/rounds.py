@@ -1,12 +1,12 @@
 """One proposal's way through its search trial: its stop rules, its rounds and its rows.
 
-A trial trains one proposal or a pack of them (`search.packs`); each is a `Proposal` here, with
+A trial trains one proposal or a pack of them (`packs`); each is a `Proposal` here, with
 the same rules whether it trains alone or beside others:
 
 - reached: a seed's held-out exact match clears the target (Wilson bound, corrected for the
   best of K) *and* the seed passes on the whole problem set (or 200k held-out problems), the
   same rule `arithsweep train` uses;
-- plateau: `search.plateau`;
+- plateau: `search.trials.plateau`;
 - budget: its steps or time ran out.
 
 A near miss (best seed within `near_miss` of the target: a distance) first gets the finishers
@@ -24,7 +24,7 @@ reproduce the architecture.
 
 What a proposal keeps between rounds (`saved`) goes into every training state, so a restored
 trial, or the replay of a proposal the deadline cut, continues where it was. Runs in a Ray
-worker, driven by `search.trainable.TrialRunner`; `next_round` is tried by hand:
+worker, driven by `search.trials.trainable.TrialRunner`; `next_round` is tried by hand:
 
     from arithsweep.search.trials.rounds import next_round
     next_round(train_cfg, best_index=5)      # seed 5 alone, twice the steps

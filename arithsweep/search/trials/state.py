@@ -82,7 +82,7 @@ class TrialState:
 
     def __init__(self, config: dict[str, Any], cpus: int = 1, grown: bool = False) -> None:
         self.cpus = int(cpus)  # every row says how many CPUs (threads) the trial runs on
-        self.grown = grown  # lent spare cores (search.cores): save states often, to give back
+        self.grown = grown  # lent spare cores (trials.cores): save states often, to give back
         self.dir = Path(tempfile.mkdtemp(prefix="arithsweep-trial-"))
         self.restored = self._restore(config)  # (after self.dir: it may copy into it)
         self.improved = False  # the best went up since the last checkpoint: write one now

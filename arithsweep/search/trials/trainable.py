@@ -1,14 +1,14 @@
 """The Ray Tune function trainable: one search trial = one shape, one or many proposals of it.
 
-Runs inside a Ray worker. A trial's proposals (one, or a pack of them: `search.packs`) train
+Runs inside a Ray worker. A trial's proposals (one, or a pack of them: `packs`) train
 their first round together, as one population (`core.training.population.train_population`);
-each is judged on its own curve by the rules of `search.rounds` (reached, plateau, budget), and
+each is judged on its own curve by the rules of `rounds` (reached, plateau, budget), and
 a near miss gets the finishers and its next rounds there, trained alone, one proposal after
 another. A single proposal is a pack of one: the same rules, the same code. Every evaluation is
 reported to Tune (`tune.report`; a pack's under `p<j>/` keys, `packs.key`), with a checkpoint
 (the best model(s) and the whole training state, see `state`) whenever a best improves
 and every `checkpoint_every` steps or about `checkpoint_seconds`; a trial Tune restores, or the
-replay of a proposal the deadline cut (`search.replay`, alone or from a pack), continues
+replay of a proposal the deadline cut (`search.trials.replay`, alone or from a pack), continues
 mid-run from it.
 
 Workers never open the leaderboard or MLflow: all bookkeeping happens on the driver. Not run
@@ -40,7 +40,7 @@ def run_trial(config: dict[str, Any]) -> None:
     import torch
 
     # One trial must not spread over the cores its neighbours were promised; a trial alone
-    # may have been lent the spare ones (search.cores).
+    # may have been lent the spare ones (search.trials.cores).
     base = float(const.get("cpus_per_trial") or SearchOptions.cpus_per_trial)
     threads = cores.trial_cpus(base)
     torch.set_num_threads(threads)
