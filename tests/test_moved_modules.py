@@ -15,8 +15,8 @@ included, the MLflow artifacts, TensorBoard events and plot left out), made with
       --name before-rooms --root /tmp/arithsweep-before-rooms/searches \\
       --db sqlite:////tmp/arithsweep-before-rooms/lb.db --cpus-per-trial 1 -j 1 --rounds 1
 
-Its pickles hold absolute paths (the Optuna and MLflow databases), so the resume test unpacks
-it where it was made.
+Its pickles hold absolute paths (the Optuna and MLflow databases), so the tests unpack it where
+it was made.
 """
 
 from __future__ import annotations
@@ -53,9 +53,21 @@ PICKLED = [("trainable", "run_trial"), ("searcher", "ConstrainedOptunaSearch"),
            ("incumbent", "VerifyCallback"), ("cores", "SpareCores")]
 
 
-def _unpack(dest: Path) -> None:
-    with tarfile.open(FOLDER) as tar:  # the "data" filter where this Python has it (3.10.12+)
-        tar.extractall(dest, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+@pytest.fixture
+def old_search():
+    """The old search folder unpacked where it was made (its pickled Optuna storage opens its
+    database there when unpickled), one test at a time on a shared machine; its root."""
+    MADE_AT.parent.mkdir(exist_ok=True)
+    with open(f"{MADE_AT}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        shutil.rmtree(MADE_AT, ignore_errors=True)
+        try:
+            with tarfile.open(FOLDER) as tar:  # the "data" filter where Python has it
+                tar.extractall(MADE_AT, **({"filter": "data"} if hasattr(tarfile, "data_filter")
+                                           else {}))
+            yield MADE_AT / "searches"
+        finally:
+            shutil.rmtree(MADE_AT, ignore_errors=True)
 
 
 def _new(old: str):
@@ -92,7 +104,7 @@ def test_a_pickle_naming_an_old_module_loads_the_moved_object(old, name):
     assert pickle.loads(payload) is getattr(_new(old), name)
 
 
-def test_the_pickles_of_a_search_made_before_the_rooms_load_the_moved_classes(tmp_path):
+def test_the_pickles_of_a_search_made_before_the_rooms_load_the_moved_classes(old_search):
     """The folder's own pickles, as the old code wrote them, load into the moved classes."""
     pytest.importorskip("ray")
     from arithsweep.search import snapshots
@@ -102,8 +114,7 @@ def test_the_pickles_of_a_search_made_before_the_rooms_load_the_moved_classes(tm
     from arithsweep.search.trials.configs import ProposalSizer
     from arithsweep.search.trials.packs import PackKeyer
 
-    _unpack(tmp_path)
-    tune_dir = tmp_path / "searches" / "before-rooms" / "tune"
+    tune_dir = old_search / "before-rooms" / "tune"
     raw = (tune_dir / "tuner.pkl").read_bytes()
     assert b"arithsweep.search.searcher" in raw and b"arithsweep.search.propose" not in raw
     tuner = pickle.loads(raw)
@@ -122,33 +133,18 @@ def test_the_pickles_of_a_search_made_before_the_rooms_load_the_moved_classes(tm
 
 
 @pytest.mark.slow
-def test_a_search_made_before_the_rooms_resumes_and_trains_on(ray_free_env):
+def test_a_search_made_before_the_rooms_resumes_and_trains_on(old_search):
     """`search --resume` of the old folder restores Tune's experiment (its searcher, callbacks
     and stoppers unpickled from the old names), trains one more proposal and summarises both."""
-    MADE_AT.parent.mkdir(exist_ok=True)
-    with open(f"{MADE_AT}.lock", "w") as lock:  # one run at a time on a shared machine
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        shutil.rmtree(MADE_AT, ignore_errors=True)
-        try:
-            _unpack(MADE_AT)
-            root = MADE_AT / "searches"
-            before = json.loads((root / "before-rooms" / "summary.json").read_text())
-            r = subprocess.run(
-                [sys.executable, "-m", "arithsweep", "search", "--resume", "before-rooms",
-                 "--trials", "2", "--root", str(root), "--db", f"sqlite:///{MADE_AT}/lb.db",
-                 "--cpus-per-trial", "1", "-j", "1", "--json"],
-                capture_output=True, text=True, timeout=540, env=ray_free_env,
-                start_new_session=True)
-            assert r.returncode == 0, r.stderr[-3000:]
-            summary = json.loads(r.stdout)
-            assert summary["n_trials"] == 2
-            ids = [t["trial_id"] for t in summary["trials"]]
-            assert ids[0] == before["trials"][0]["trial_id"] and len(set(ids)) == 2
-        finally:
-            shutil.rmtree(MADE_AT, ignore_errors=True)
-
-
-@pytest.fixture
-def ray_free_env():
-    """The environment a search subprocess runs in: no usage stats, no Ray auth prompt."""
-    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+    before = json.loads((old_search / "before-rooms" / "summary.json").read_text())
+    r = subprocess.run(
+        [sys.executable, "-m", "arithsweep", "search", "--resume", "before-rooms", "--trials",
+         "2", "--root", str(old_search), "--db", f"sqlite:///{MADE_AT}/lb.db",
+         "--cpus-per-trial", "1", "-j", "1", "--json"],
+        capture_output=True, text=True, timeout=540, start_new_session=True,
+        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    summary = json.loads(r.stdout)
+    assert summary["n_trials"] == 2
+    ids = [t["trial_id"] for t in summary["trials"]]
+    assert ids[0] == before["trials"][0]["trial_id"] and len(set(ids)) == 2
