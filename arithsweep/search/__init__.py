@@ -13,7 +13,7 @@ imports one way (each imports the basics, its own room and the rooms below it;
                   to train next, and the bound
     trials/       trainable, configs, state, rounds, plateau, packs, replay, cores: one Tune
                   trial, from a sampled config to its rounds, stops and checkpoints
-    space/        file, fields, spaces: the YAML format and its Optuna face
+    space/        file, values, fields, spaces: the YAML format and its Optuna face
     basics        options (SearchOptions: every default, the trial cap; progress, summary),
                   run_settings (the running search's registry and its stoppers), snapshots
                   (Tune's snapshot kept whole), cluster (starting or joining Ray)
