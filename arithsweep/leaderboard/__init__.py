@@ -8,7 +8,8 @@ Imports core only. By job:
                   setup, errors), migrations (ordered schema migrations)
     finding       entry_lookup (an entry by id, sha256 prefix or published folder),
                   provenance (where a found entry came from: its search, its command)
-    publishing    publish (LEADERBOARD.md and the checkpoints it lists), published
+    publishing    publish (LEADERBOARD.md and the checkpoints it lists), publish_dir (the
+                  folder it writes: layout, what it may overwrite, the staged swap), published
                   (entries.json as data), projects (LEADERBOARD.md's per-project sections),
                   tables (rows as JSON, CSV, markdown; torch-free for `arithsweep leaderboard`)
     exporting     adderboard (an AdderBoard submission file), adderboard_check (AdderBoard's
