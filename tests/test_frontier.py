@@ -395,7 +395,7 @@ def test_lbfgs_polishes_a_member_the_same_in_a_pack_as_alone():
 def test_carry_patterns_mix_single_carries_chains_and_carries_out(sampler):
     """MicroAdder's carry sampler: more single carries and more carries out of the top digit
     than the one-chain pattern, and still only training-split problems."""
-    from arithsweep.core.training.train import _DataStream
+    from arithsweep.core.training.streams import _DataStream
 
     task = get_task("add6")
 

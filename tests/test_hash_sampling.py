@@ -16,7 +16,7 @@ from arithsweep.core.data.tasks import get_task
 from arithsweep.core.errors import ConfigError
 from arithsweep.core.model.checkpoint import load_checkpoint
 from arithsweep.core.overrides import build_configs
-from arithsweep.core.training.train import DATA_CHUNK_STEPS, _DataStream
+from arithsweep.core.training.streams import DATA_CHUNK_STEPS, _DataStream
 
 
 def _problems(name, seeds, steps, **kw):

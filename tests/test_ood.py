@@ -32,7 +32,7 @@ from arithsweep.core.evaluation.ood import (
 )
 from arithsweep.core.model.checkpoint import save_checkpoint
 from arithsweep.core.model.model import ArithTransformer, ModelConfig
-from arithsweep.core.training.train import _DataStream
+from arithsweep.core.training.streams import _DataStream
 
 FMT = "nopad,revops,revans"  # the paper's setting: reversed operands and answer, no padding
 

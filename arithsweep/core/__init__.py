@@ -12,8 +12,8 @@ included):
     data/         tasks, formats, sort_task, sampling, hash_sampling, mix, quirke
     model/        layers, weights, model, tiny_layout, checkpoint
     evaluation/   evaluate, stats, confirm, per_op, ood, inspect
-    training/     recipe, optim, train, step, resume, packing, population, path, finish,
-                  finish_score
+    training/     recipe, optim, train, streams, step, resume, packing, population, path,
+                  finish, finish_score
     orchestrators api, bench, bench_tiny, overrides: above all rooms, what the CLI calls
 
     basics <- data <- model <- evaluation <- training <- orchestrators

@@ -152,7 +152,7 @@ def em_throughput(task, cfg: ModelConfig, n: int, n_greedy: int, device: str) ->
 def sampler_throughput(task, k: int, chunks: int, device: str,
                        log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Training problems/s, sampled and encoded, for K members: sampler "hash" vs "stream"."""
-    from arithsweep.core.training.train import DATA_CHUNK_STEPS, _DataStream
+    from arithsweep.core.training.streams import DATA_CHUNK_STEPS, _DataStream
 
     dev, out = resolve_device(device), {}
     for sampler in ("hash", "stream"):

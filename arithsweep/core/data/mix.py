@@ -2,7 +2,7 @@
 the digit-length curriculum. Pure functions of a `TrainConfig` and the step (no torch).
 
 Both samplers read them, so a run's data mix is one rule whichever draws the batches: the
-per-seed "stream" (`training.train._DataStream`) and the counter-based "hash"
+per-seed "stream" (`training.streams._DataStream`) and the counter-based "hash"
 (`data.hash_sampling.HashSampler`). Published tiny adders needed both knobs (MicroAdder: 80%
 carry-heavy batches fading to 0 between 25% and 75% of the steps; a curriculum over operand
 lengths, linear or in stages); the rest of the recipe is in `training.recipe`.

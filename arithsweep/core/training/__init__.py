@@ -3,8 +3,8 @@
     recipe      the tiny-model recipe: decay drops, the Grokfast filter, the polish on the
                 model's own errors and L-BFGS
     optim       the pack's AdamW, one lr and decay per member, and its lr table
-    train       TrainResult, the lr schedule, the data streams, the layout choice, loss and
-                clipping
+    train       TrainResult, the lr schedule, the layout choice, loss and clipping
+    streams     the data streams: each seed's batches, the polish's mix of mined errors
     step        one optimiser step of a pack, captured as a CUDA graph where it can be
     resume      a run's whole state on disk, so that a killed run continues bit for bit
     packing     which proposals may share a pack (pack_key), the pack's batches, member views

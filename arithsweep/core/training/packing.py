@@ -15,12 +15,12 @@ from collections.abc import Sequence
 
 import torch
 
-import arithsweep.core.training.train as T
 from arithsweep.core.config import TrainConfig
 from arithsweep.core.data.tasks import Task
 from arithsweep.core.errors import ConfigError
 from arithsweep.core.model.model import ArithTransformer, ModelConfig
 from arithsweep.core.training.resume import prefixed, sub
+from arithsweep.core.training.streams import _DataStream, _PolishStream
 
 # Fields that may differ between the proposals of one pack: per-member optimiser settings and
 # the per-proposal stopping rule. Everything else (shape of the step, data recipe, schedule
@@ -58,14 +58,14 @@ class PackStream:
     stopped proposal stops drawing (its members are frozen) and repeats its last batch."""
 
     def __init__(self, task: Task, cfgs: Sequence[TrainConfig], device: torch.device):
-        self.streams = [T._DataStream(task, c, device) for c in cfgs]
+        self.streams = [_DataStream(task, c, device) for c in cfgs]
         self.last: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(cfgs)
         self.running = [True] * len(cfgs)
 
     def polish(self, models: list[ArithTransformer], device: torch.device) -> None:
         for j, m in enumerate(models):  # mined per proposal: its seed, its members
             if self.running[j]:
-                self.streams[j] = T._PolishStream(self.streams[j], m, device)
+                self.streams[j] = _PolishStream(self.streams[j], m, device)
 
     def state(self) -> tuple[dict[str, torch.Tensor], dict]:
         tensors, docs = {}, []
@@ -82,7 +82,7 @@ class PackStream:
         for j, d in enumerate(doc["streams"]):
             t = sub(tensors, f"{j}.")
             if "polish" in d:
-                self.streams[j] = T._PolishStream.restore(self.streams[j], t, d, device)
+                self.streams[j] = _PolishStream.restore(self.streams[j], t, d, device)
             else:
                 self.streams[j].load(t, d)
             if "last.tokens" in t:
