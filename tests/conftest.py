@@ -75,3 +75,14 @@ def pytest_collection_modifyitems(config, items):
         slow[file_of(item)] = slow.get(file_of(item), 0) + bool(item.get_closest_marker("slow"))
     order = {path: i for i, path in enumerate(slow)}
     items.sort(key=lambda it: (-slow[file_of(it)], order[file_of(it)]))
+
+
+@pytest.fixture
+def board_clone(tmp_path, monkeypatch) -> Path:
+    """A copy of the published board (no pictures) and no database, as the working folder:
+    what a fresh clone's user sees."""
+    shutil.copytree(REPO / "leaderboard", tmp_path / "leaderboard",
+                    ignore=shutil.ignore_patterns("pictures", "leaderboard.db*"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ARITHSWEEP_DB", raising=False)  # the default: leaderboard/leaderboard.db
+    return tmp_path

@@ -24,13 +24,8 @@ SMALL = 9  # a published add2 entry: its suite is 10,000 problems, seconds to ve
 
 
 @pytest.fixture
-def clone(tmp_path, monkeypatch) -> Path:
-    """A copy of the published board (no pictures) and no database, as the working folder."""
-    shutil.copytree(REPO / "leaderboard", tmp_path / "leaderboard",
-                    ignore=shutil.ignore_patterns("pictures", "leaderboard.db*"))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("ARITHSWEEP_DB", raising=False)  # the default: leaderboard/leaderboard.db
-    return tmp_path
+def clone(board_clone) -> Path:
+    return board_clone
 
 
 def test_export_adderboard_check_takes_a_published_id(capsys, clone, monkeypatch):

@@ -84,30 +84,41 @@ def test_imports_run_one_way(path):
         assert target in ALLOWED[wing], f"{path.relative_to(PKG)}: {wing} imports {mod}"
 
 
-def _room(parts: tuple[str, ...] | list[str]) -> str | None:
-    """The room of a core module or name, from its path below core: ("data", "tasks", "Task")
-    -> "data", ("config",) -> "basics", ("api",) -> "orchestrators"; None: none of them."""
-    if parts and parts[0] in ROOMS:
+def _room_in(parts, rooms, basics, top: set[str], top_name: str) -> str | None:
+    """The room of a module or name from its path below its wing: one of `rooms`, "basics",
+    `top_name` (the modules above the rooms), or None: no such module."""
+    if parts and parts[0] in rooms:
         return parts[0]
-    if parts and parts[0] in BASICS:
+    if parts and parts[0] in basics:
         return "basics"
-    return "orchestrators" if parts and parts[0] in ORCHESTRATORS else None
+    return top_name if parts and parts[0] in top else None
+
+
+def _room(parts: tuple[str, ...] | list[str]) -> str | None:
+    """A core module's or name's room: ("data", "tasks", "Task") -> "data", ("config",) ->
+    "basics", ("api",) -> "orchestrators"; None: none of them."""
+    return _room_in(parts, ROOMS, BASICS, ORCHESTRATORS, "orchestrators")
 
 
 def test_every_core_module_sits_in_a_room():
     """core's top level holds only the shared basics and the orchestrators above the rooms;
     every other module sits one level down in one of the four rooms, so a newcomer sees the
     layers from the file tree."""
-    loose = sorted(p.stem for p in CORE.glob("*.py")
-                   if p.stem not in BASICS | ORCHESTRATORS | {"__init__"})
-    assert not loose, f"core modules outside the rooms: {loose}"
-    dirs = {p.name for p in CORE.iterdir() if p.is_dir() and p.name != "__pycache__"}
-    assert dirs == set(ROOMS), f"core's sub-packages {sorted(dirs)}, expected the rooms {ROOMS}"
-    for room in ROOMS:
-        assert (CORE / room / "__init__.py").is_file(), f"core/{room} has no __init__.py"
-        deeper = [str(p.relative_to(CORE)) for p in (CORE / room).rglob("*.py")
-                  if p.parent != CORE / room]
-        assert not deeper, f"core/{room} nests further: {deeper}"
+    _rooms_only(CORE, ROOMS, BASICS | ORCHESTRATORS)
+
+
+def _rooms_only(wing: Path, rooms, top: set[str]) -> None:
+    """`wing`'s top holds only `top` and `rooms`; every room is a package one level deep."""
+    name = wing.name
+    loose = sorted(p.stem for p in wing.glob("*.py") if p.stem not in top | {"__init__"})
+    assert not loose, f"{name} modules outside the rooms: {loose}"
+    dirs = {p.name for p in wing.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert dirs == set(rooms), f"{name}'s packages {sorted(dirs)}, expected the rooms {rooms}"
+    for room in rooms:
+        assert (wing / room / "__init__.py").is_file(), f"{name}/{room} has no __init__.py"
+        deeper = [str(p.relative_to(wing)) for p in (wing / room).rglob("*.py")
+                  if p.parent != wing / room]
+        assert not deeper, f"{name}/{room} nests further: {deeper}"
 
 
 @pytest.mark.parametrize("path", sorted(CORE.rglob("*.py")), ids=lambda p: str(p.relative_to(CORE)))
@@ -135,11 +146,7 @@ def _search_room(parts: tuple[str, ...] | list[str]) -> str | None:
     """The room of a search module or name, from its path below search: ("trials", "packs")
     -> "trials", ("options", "SearchOptions") -> "basics", ("driver",) -> "run"; None: no
     such module (an old, moved name: inside the package only the new names are imported)."""
-    if parts and parts[0] in SEARCH_ROOMS:
-        return parts[0]
-    if parts and parts[0] in SEARCH_BASICS:
-        return "basics"
-    return "run" if parts and parts[0] in SEARCH_RUN else None
+    return _room_in(parts, SEARCH_ROOMS, SEARCH_BASICS, SEARCH_RUN, "run")
 
 
 def test_every_search_module_sits_in_a_room():
@@ -149,19 +156,11 @@ def test_every_search_module_sits_in_a_room():
     names its modules)."""
     top = sorted(p.name for p in SEARCH.iterdir() if p.name != "__pycache__")
     assert len(top) <= SEARCH_TOP_MAX, f"search/ holds {len(top)} entries: {top}"
-    loose = sorted(p.stem for p in SEARCH.glob("*.py")
-                   if p.stem not in SEARCH_BASICS | SEARCH_RUN | {"__init__"})
-    assert not loose, f"search modules outside the rooms: {loose}"
-    dirs = {p.name for p in SEARCH.iterdir() if p.is_dir() and p.name != "__pycache__"}
-    assert dirs == set(SEARCH_ROOMS), f"search's packages {sorted(dirs)}, not {SEARCH_ROOMS}"
+    _rooms_only(SEARCH, SEARCH_ROOMS, SEARCH_BASICS | SEARCH_RUN)
     for room in SEARCH_ROOMS:
         init = SEARCH / room / "__init__.py"
-        assert init.is_file(), f"search/{room} has no __init__.py"
         assert len(ast.get_docstring(ast.parse(init.read_text())) or "") > 80, (
             f"search/{room}/__init__.py does not say its job")
-        deeper = [str(p.relative_to(SEARCH)) for p in (SEARCH / room).rglob("*.py")
-                  if p.parent != SEARCH / room]
-        assert not deeper, f"search/{room} nests further: {deeper}"
 
 
 @pytest.mark.parametrize("path", sorted(SEARCH.rglob("*.py")),

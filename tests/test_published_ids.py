@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -24,13 +23,8 @@ ENTRY, NAME = 34, "add3-51-cdd87c29"  # the smallest published model (51 paramet
 
 
 @pytest.fixture
-def clone(tmp_path, monkeypatch) -> Path:
-    """A copy of the published board (no pictures) and no database, as the working folder."""
-    shutil.copytree(REPO / "leaderboard", tmp_path / "leaderboard",
-                    ignore=shutil.ignore_patterns("pictures", "leaderboard.db*"))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("ARITHSWEEP_DB", raising=False)  # the default: leaderboard/leaderboard.db
-    return tmp_path
+def clone(board_clone) -> Path:
+    return board_clone
 
 
 def _published(entry_id: int) -> dict:
