@@ -107,7 +107,8 @@ def test_a_space_with_nothing_below_its_start_says_so_first_and_stops(clone):
     assert "not below --max-params 30" in out.stderr and out.returncode == 2
 
 
-def _stored_search(root: Path, name: str, trials: int | None, ran: int | None) -> None:
+def _stored_search(root: Path, name: str, trials: int | None, ran: int | None,
+                   max_params: int | None = None) -> None:
     """A search folder as a run that ended writes it (search.json, summary.json), enough for
     `--resume` to settle it: started with `trials` as its cap, `ran` Tune trials run."""
     sdir = root / name
@@ -116,7 +117,7 @@ def _stored_search(root: Path, name: str, trials: int | None, ran: int | None) -
         "name": name, "task": "add2", "target": 0.9, "space": "small",
         "space_path": str(_space_file(root)), "search_format": 2, "trials": trials,
         "arithmetic": ARITHMETIC,  # a search of other floats is refused before its cap
-        "options": {"trials": trials}}))
+        "options": {"trials": trials, "max_params": max_params}}))
     if ran is not None:
         (sdir / "summary.json").write_text(json.dumps({"n_tune_trials": ran}))
 
@@ -145,3 +146,15 @@ def test_a_resume_keeps_its_cap_and_one_whose_cap_is_spent_says_so(clone):
         f"so it would train nothing; give the new total, e.g. -n {20 + DEFAULT_TRIALS}")
     out = _search(clone, "--resume", "done", "--root", str(root), "-n", "25")
     assert "at most 25 trials in all (--trials, 20 run before)" in out.stderr, out.stderr
+
+
+def test_a_resume_keeps_the_bound_it_was_started_with(clone):
+    """A search started with --max-params N searches below N + 1 after --resume too (it read
+    the incumbent's bound alone), unless --max-params is given again."""
+    root = clone / "searches"
+    _stored_search(root, "bounded", 300, 5, max_params=200)
+    out = _search(clone, "--resume", "bounded", "--root", str(root))
+    plan = out.stderr.strip().splitlines()[1]
+    assert "below 201 p" in plan and "--max-params 200" in plan, plan
+    out = _search(clone, "--resume", "bounded", "--root", str(root), "--max-params", "100")
+    assert "--max-params 100" in out.stderr.strip().splitlines()[1], out.stderr

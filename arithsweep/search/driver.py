@@ -41,7 +41,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +152,9 @@ def _settle(opts: SearchOptions, t0: float, verifier: Verifier | None,
     root = Path(opts.root or Path.cwd() / "searches").expanduser().absolute()
     given = opts.resume or opts.name
     stored = _stored_options(root / given, opts) if given else {}
+    bound = (stored.get("options") or {}).get("max_params")
+    if opts.resume and opts.max_params is None and isinstance(bound, int):
+        opts = replace(opts, max_params=bound)  # a resume keeps the bound it was started with
     # a new search without --target aims where one training run stops (TrainConfig.target)
     target = float(stored.get("target", opts.target if opts.target is not None
                               else TrainConfig.target))
