@@ -26,12 +26,16 @@ def read(path: Path) -> dict[int, list[float]]:
             step, _, acc, *_ = line.split(",")
             rows[int(step)] = [float(acc)]
         return rows
+    last = None
     for line in path.read_text().splitlines():
         parts = line.split()
         if len(parts) > 6 and parts[0] == "step" and "seeds" in parts:
             at = parts.index("seeds") + 1
             end = parts.index("loss") if "loss" in parts else len(parts)
-            rows[int(parts[1])] = [float(x) for x in parts[at:end]]
+            step, seeds = int(parts[1]), [float(x) for x in parts[at:end]]
+            # a path phase with perturb_lr logs one line per lr group, back to back: one pack
+            rows[step] = rows[step] + seeds if step == last else seeds
+            last = step
     return rows
 
 
