@@ -84,10 +84,16 @@ def phase_configs(cfg: TrainConfig, i: int, start: Path | None) -> list[TrainCon
     return [replace(c, seed=seed + j * n, seeds=n, lr=c.lr * f) for j, f in enumerate(factors)]
 
 
+def member_bests(results: list[T.TrainResult]) -> list[float]:
+    """Every member's best held-out exact match over a phase, proposals in order (-1 for a
+    run that kept none)."""
+    return [e for r in results for e in (r.member_best or [-1.0] * r.train_cfg.seeds)]
+
+
 def selected(results: list[T.TrainResult], k: int) -> list[int]:
     """The k members (indices into the pack, proposals in order) with the best held-out
     exact match over the phase, best first; ties to the lower index."""
-    best = [e for r in results for e in (r.member_best or [-1.0] * r.train_cfg.seeds)]
+    best = member_bests(results)
     order = sorted(range(len(best)), key=lambda m: (-(best[m] if best[m] == best[m] else -1), m))
     return order[:k]
 
@@ -106,7 +112,7 @@ def write_selection(d: Path, model_cfg: ModelConfig, results: list[T.TrainResult
     parents = [top[m % len(top)] for m in range(seeds)]
     idx = torch.tensor(parents)
     tensors = prefixed({name: t[idx].clone() for name, t in pack.items()}, "model.")
-    bests = [e for r in results for e in (r.member_best or [-1.0] * r.train_cfg.seeds)]
+    bests = member_bests(results)
     write_state(d, 0, tensors, {"model": model_cfg.to_dict(), "finished": True,
                                 "selected": top, "selected_em": [bests[m] for m in top],
                                 "parents": parents})
@@ -217,7 +223,7 @@ def merge(cfg: TrainConfig, phases: list[list[T.TrainResult]]) -> T.TrainResult:
         offset += max(r.steps for r in results)
     out.steps = offset
     out.failed = [f for r in last for f in r.failed]
-    out.member_best = [e for r in last for e in (r.member_best or [-1.0] * r.train_cfg.seeds)]
+    out.member_best = member_bests(last)
     if all(r.member_best_state for r in last):
         out.member_best_state = {n: torch.cat([r.member_best_state[n] for r in last], 0)
                                  for n in r0.member_best_state}

@@ -139,6 +139,8 @@ class TrialRunner:
         setup = self.proposals[group[0]].setup
         last = len(cfgs[0].path) - 1
 
+        phase_cfgs: dict[tuple[int, int], Any] = {}
+
         def ckpt_for(d):
             ckpt = self.ts.checkpointing(cfgs[0], self._saved, resume=False)
             ckpt.dir, ckpt.resume = d, latest_state(d)
@@ -147,7 +149,9 @@ class TrialRunner:
         def on_eval(i: int, jj: int, point: Any, result: Any) -> bool | str:
             j = group[jj]
             p = self.proposals[j]
-            phase_cfg = phase_configs(p.cfg, i, None)[0]
+            if (j, i) not in phase_cfgs:  # built once a phase, not at every evaluation
+                phase_cfgs[j, i] = phase_configs(p.cfg, i, None)[0]
+            phase_cfg = phase_cfgs[j, i]
             if p.phase != i:  # a new phase: its own patience, counted afresh
                 p.phase = i
                 p.plateau = Plateau(patience_for(self.const, phase_cfg))
