@@ -173,3 +173,34 @@ def test_a_search_trial_runs_its_path_and_a_restored_one_goes_on_mid_phase(monke
     trainable.TrialRunner([_trial_setup(**over)], {"extra_rounds": 0}, {}).run()
     assert [r["step"] for r in again.rows if "em" in r][:1] == [400]
     _same(_weights(again.checkpoints[-1][0] / "state/path/phases/1-b/resume"), final)
+
+
+def test_a_search_trial_gives_up_a_path_below_its_floor(monkeypatch, tmp_path):
+    """An earlier phase has no plateau rule, but past FLOOR_AT of it a proposal whose best
+    member is below FLOOR is given up: the trial stops there and never trains the next phase.
+    (The floor is raised for the test, so a model that learns nothing is under it whatever
+    its floats.)"""
+    pytest.importorskip("ray")
+    from test_finishers import _fake_tune, _trial_setup
+
+    from arithsweep.search.trials import rounds, trainable
+
+    monkeypatch.setattr(rounds, "FLOOR", 0.5)
+    path = [{"name": "a"}, {"name": "b", "steps": 200, "lr": 2e-3}]
+    over = {"steps": 400, "eval_every": 50, "seeds": 2, "lr": 1e-9, "warmup": 0,
+            "finish_rounds": 0, "target": 0.99, "checkpoint_every": 50, "path": path}
+    fake = _fake_tune(monkeypatch, tmp_path / "t")
+    (tmp_path / "t").mkdir()
+    trainable.TrialRunner([_trial_setup(**over)], {"extra_rounds": 0}, {}).run()
+    steps = [r["step"] for r in fake.rows if "em" in r]
+    assert max(steps) == 100  # a quarter of the first phase's 400 steps
+    assert fake.rows[-1]["stop_reason"] == rounds.BELOW_FLOOR
+    assert not any((ck / "state/path/phases/1-b").exists() for ck, _ in fake.checkpoints)
+
+
+def test_the_floor_is_one_percent_past_a_quarter_of_the_phase():
+    from arithsweep.search.trials.rounds import below_floor
+
+    assert below_floor(0.009, 50_000, 200_000)
+    assert not below_floor(0.011, 50_000, 200_000)  # the 35's slowest pack was at 5.4% here
+    assert not below_floor(0.0, 49_999, 200_000)

@@ -6,7 +6,8 @@ the same rules whether it trains alone or beside others:
 - reached: a seed's held-out exact match clears the target (Wilson bound, corrected for the
   best of K) *and* the seed passes on the whole problem set (or 200k held-out problems), the
   same rule `arithsweep train` uses;
-- plateau: `search.trials.plateau`;
+- plateau: `search.trials.plateau` (in a path's last phase; an earlier phase ends by its
+  steps, or below the path's floor: `below_floor`);
 - budget: its steps or time ran out.
 
 A near miss (best seed within `near_miss` of the target: a distance) first gets the finishers
@@ -49,6 +50,22 @@ CONTINUE_SEEDS = 8  # a "continue" round's members: data orders are cheap in a t
 # steps on (with the recipe's 0.01 decay too); from 1e-4 all four climbed, never below 98%,
 # to 99.7-100% held-out in 30K steps
 CONTINUE_LR_SHARE = 0.1
+# A path's earlier phase has no plateau rule (the Grokfast phase after it lifts a flat cosine:
+# the 36's winner), so a shape that learns nothing would train it to its end: the search below
+# the 36 spent 66K steps (17 minutes of a core) of a 200K-step phase on a 23 p at 0.17%. Past
+# FLOOR_AT of an earlier phase, a proposal whose best member is below FLOOR is given up. The
+# measurement (the cosine phase's --log curves, studies/tbukic36-parity, studies/tbukic35): at
+# 50K of 200K steps the packs' best members were at 13% and 29% (the 36: 10-16 of 64 members
+# above 1%; its winner, seed 24, itself at 2.3%) and at 5.4% and 11.6% (the 35); the 23 p's
+# best, 0.17% at 66K, is 30 times below the slowest of them
+FLOOR, FLOOR_AT = 0.01, 0.25
+BELOW_FLOOR = "below the path's floor"  # a stop reason
+
+
+def below_floor(best: float, phase_step: int, phase_steps: int) -> bool:
+    """Is a path's earlier phase, `phase_step` of its `phase_steps` in, hopeless: past FLOOR_AT
+    of it with its best member's held-out exact match still under FLOOR?"""
+    return phase_step >= FLOOR_AT * phase_steps and best < FLOOR
 
 
 def gets_finishers(reached: bool, best: float, floor: float) -> bool:
@@ -161,10 +178,12 @@ class Proposal:
                 "phase": self.phase}
 
     def evaluate(self, point: Any, result: Any, phase_cfg: Any = None,
-                 plateau: bool = True) -> tuple[dict[str, Any], bool, bool]:
+                 plateau: bool = True, phase_step: int | None = None,
+                 ) -> tuple[dict[str, Any], bool, bool]:
         """One evaluation: (its row, stop this round?, did the running best improve?).
-        Inside a path (`phase_cfg`: the phase's own config) the plateau rule reads the phase's
-        lr, and runs only where `plateau` (the last phase: earlier ones end by their steps)."""
+        Inside a path (`phase_cfg`: the phase's own config, `phase_step` the step within it)
+        the plateau rule reads the phase's lr, and runs only where `plateau` (the last phase);
+        an earlier one ends by its steps, or `below_floor`."""
         self.result = result
         best = max(float(result.best_em), 0.0)
         row = metrics(point, result, max(best, self.best), self.step0)
@@ -175,6 +194,9 @@ class Proposal:
         elif plateau and self.plateau.update(point.best_em, row["loss"], digit_accuracy(point),
                                              lr_share(point, phase_cfg or self.setup.train_cfg)):
             self.reason, stop = "plateau", True
+        elif (not plateau and phase_cfg is not None and phase_step is not None
+              and below_floor(max(best, self.best), phase_step, phase_cfg.main_steps)):
+            self.reason, stop = BELOW_FLOOR, True
         improved = best > self.best
         self.best = max(self.best, best)
         return row, stop, improved

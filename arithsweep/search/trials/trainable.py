@@ -30,7 +30,7 @@ from arithsweep.core.errors import ConfigError
 from arithsweep.search.options import SearchOptions
 from arithsweep.search.trials import cores, packs
 from arithsweep.search.trials.configs import CONST_KEY, build_trial, params_if_possible, seeds_trial
-from arithsweep.search.trials.rounds import REACHED, Proposal, gets_finishers
+from arithsweep.search.trials.rounds import BELOW_FLOOR, REACHED, Proposal, gets_finishers
 from arithsweep.search.trials.state import STATE, TrialState
 
 
@@ -129,7 +129,8 @@ class TrialRunner:
         """The proposals' paths (core.training.path), every phase one pack, its states in
         the trial's state folder (so every Tune checkpoint carries them, and a restored trial
         continues mid-phase). The plateau rule runs in the last phase only; inside earlier
-        ones a plateau could only end a phase that its steps end anyway."""
+        ones a plateau could only end a phase that its steps end anyway, and a proposal whose
+        best member stays below the path's floor (rounds.below_floor) is given up."""
         from arithsweep.core.training.path import PATH_STATES, phase_configs, train_paths
         from arithsweep.core.training.resume import latest_state
         from arithsweep.search.trials.plateau import Plateau, patience_for
@@ -140,6 +141,7 @@ class TrialRunner:
         last = len(cfgs[0].path) - 1
 
         phase_cfgs: dict[tuple[int, int], Any] = {}
+        starts: dict[tuple[int, int], int] = {}  # (proposal, phase) -> its first step
 
         def ckpt_for(d):
             ckpt = self.ts.checkpointing(cfgs[0], self._saved, resume=False)
@@ -151,12 +153,15 @@ class TrialRunner:
             p = self.proposals[j]
             if (j, i) not in phase_cfgs:  # built once a phase, not at every evaluation
                 phase_cfgs[j, i] = phase_configs(p.cfg, i, None)[0]
+                starts[j, i] = sum(c.main_steps + c.polish_steps  # on the path's steps
+                                   for c in (phase_configs(p.cfg, k, None)[0] for k in range(i)))
             phase_cfg = phase_cfgs[j, i]
             if p.phase != i:  # a new phase: its own patience, counted afresh
                 p.phase = i
                 p.plateau = Plateau(patience_for(self.const, phase_cfg))
-            stop = self._on_eval(j, point, result, phase_cfg, plateau=i == last)
-            return stop if not stop or p.reason == REACHED else "phase"
+            stop = self._on_eval(j, point, result, phase_cfg, plateau=i == last,
+                                 phase_step=point.step - starts[j, i])
+            return stop if not stop or p.reason in (REACHED, BELOW_FLOOR) else "phase"
 
         results = train_paths(setup.task, setup.model_cfg, cfgs,
                               self.ts.dir / STATE / PATH_STATES, on_eval, self.ts.on_step,
@@ -169,11 +174,11 @@ class TrialRunner:
         return {"proposals": [p.saved() for p in self.proposals], "busy": self.busy}
 
     def _on_eval(self, j: int, point: Any, result: Any, phase_cfg: Any = None,
-                 plateau: bool = True) -> bool:
+                 plateau: bool = True, phase_step: int | None = None) -> bool:
         if j in self.rows:  # a new evaluation began before the last one was reported
             self.ts.flush()
         self.rows[j], stop, improved = self.proposals[j].evaluate(point, result, phase_cfg,
-                                                                  plateau)
+                                                                  plateau, phase_step)
         self.ts.improved |= improved
         return stop
 
