@@ -4,8 +4,9 @@ Wraps the pieces of the training loop with CPU-time counters (the thread's own t
 another process on the machine inflates them far less than wall time) and trains the anchor's
 whole recipe for --steps steps: data (sampling and encoding), forming the effective weights
 (the ties, in torch), the C kernel (forward and backward of every sequence), autograd back
-through the effective weights, Grokfast, clipping, AdamW, and the evaluation (4,096 held-out
-problems, charged at the recipe's interval whatever --steps is). Prints milliseconds per step.
+through the effective weights, Grokfast, clipping, AdamW (torch ops, or from arithmetic 3 on
+one C call), and the evaluation (4,096 held-out problems, charged at the recipe's interval
+whatever --steps is). Prints milliseconds per step.
 torch and the kernel run on one thread (--threads), as a search trial does.
 
     python scripts/profile_tiny_step.py                  # 36 p, 64 seeds, 400 steps
@@ -80,6 +81,12 @@ def main() -> None:
     R.GrokfastEMA.apply = timed("Grokfast", R.GrokfastEMA.apply)
     T._clip_and_guard = timed("clipping", T._clip_and_guard)
     O.PackAdamW.step = timed("AdamW", O.PackAdamW.step)
+    try:  # arithmetic 3 on: the three above in one C call (a version before it has no such file)
+        import arithsweep.core.model.tiny_step as TS
+
+        TS.NativeTail.__call__ = timed("tail", TS.NativeTail.__call__)
+    except ImportError:
+        pass
     P._PackRun._evaluate_all = evaluation(timed("evaluation", P._PackRun._evaluate_all))
     loop = timed("whole loop", P._PackRun.run)
     P._PackRun.run = loop
@@ -98,6 +105,7 @@ def main() -> None:
         "Grokfast": spent["Grokfast"] / n,
         "clipping": spent["clipping"] / n,
         "AdamW": spent["AdamW"] / n,
+        "Grokfast + clipping + AdamW in one C call": spent["tail"] / n,
     }
     accounted = sum(rows.values())
     loop = (spent["whole loop"] - spent["evaluation"]) / n

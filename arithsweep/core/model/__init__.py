@@ -5,6 +5,8 @@
     model        ArithTransformer (a pack of members of one shape), count_params
     tiny_layout  a one-block model's training loss and gradients from one C kernel
                  (tiny_kernel.c, compiled on first use)
+    tiny_step    that layout's optimiser tail (Grokfast, guard, clipping, AdamW) in one C
+                 call (tiny_step.c)
     checkpoint   safetensors weights + a JSON config, saved and loaded; never pickle
 
 Imports the core basics and core.data.

@@ -7,7 +7,8 @@ whole sequence, forward and backward, with L = 16 sequences side by side in vect
 tile never leaves the cache. PyTorch still owns everything around it: the ties, low-rank
 products and derived tables are formed by the model's own functions (`core/model/weights.py`)
 into *effective* weights, the kernel returns the gradient of each, and autograd carries those
-back to the parameters; clipping and AdamW are unchanged.
+back to the parameters. Grokfast, clipping and AdamW then run in one C call too
+(`tiny_step.py`, training's `PackStep`).
 
 The kernel is C with GCC/Clang vector extensions and no Python or torch headers, compiled
 once per machine and CPU kind with the system C compiler into ~/.cache/arithsweep (or
@@ -36,6 +37,7 @@ from torch import Tensor
 
 from arithsweep.core import native
 from arithsweep.core.config import ABACUS_POSITIONS
+from arithsweep.core.model import tiny_step
 from arithsweep.core.model.weights import attn_weights, mlp_weights, token_table
 from arithsweep.core.native import TARGET_ENV, target  # noqa: F401 (TARGET_ENV: the tests)
 
@@ -75,9 +77,11 @@ def unsupported(cfg, device: str | torch.device) -> str | None:
 
 
 def load_error() -> str | None:
-    """None once the kernel is built and loaded, else why it is not (no C compiler, ...)."""
+    """None once the kernel and the step's optimiser tail (tiny_step.py: a tiny-layout run
+    takes both, so that its floats are always arithmetic 3's) are built and loaded, else why
+    not (no C compiler, ...)."""
     _load()
-    return _lib_error
+    return _lib_error or tiny_step.load_error()
 
 
 def build_flags() -> list[str]:

@@ -35,6 +35,7 @@ from arithsweep.core.evaluation.evaluate import EvalSet, answer_start, score
 from arithsweep.core.model.checkpoint import start_members_from
 from arithsweep.core.model.model import ArithTransformer, ModelConfig, count_params
 from arithsweep.core.model.tiny_layout import kernel_threads, tiny_logits, tiny_loss
+from arithsweep.core.model.tiny_step import NativeTail
 from arithsweep.core.training.optim import LrTable, PackAdamW
 from arithsweep.core.training.packing import PackStream, check_pack, member_view
 from arithsweep.core.training.recipe import (
@@ -141,7 +142,8 @@ class _PackRun:
         self.runner = PackStep(model, self.opt, loss_fn, per_member("grad_clip"), self.alive,
                                self.running, self.loss_sum, self.start, c0.batch_size, n_micro,
                                self.grokfast if self.filtered else None,
-                               blocker=capture_blocker(device, model_cfg, c0, n_micro))
+                               blocker=capture_blocker(device, model_cfg, c0, n_micro),
+                               tail=NativeTail(self.opt) if layout == "tiny" else None)
 
     def _elapsed(self) -> float:
         return self.elapsed0 + time.perf_counter() - self.t0

@@ -9,6 +9,9 @@ loss mask, per-member lr), and everything the body writes (gradients, Adam momen
 count, `alive`, the loss sum) stays at the addresses captured. The body has no host sync:
 `PackAdamW` keeps its coefficients on the device and clipping is per member on the device.
 
+In the CPU tiny layout the tail after backward (Grokfast, guard, clipping, AdamW) is one C call
+instead, `tail` (model/tiny_step.py's NativeTail: arithmetic 3); elsewhere it is torch's ops.
+
 Captured and eager steps compute the same thing in the same order; where CUDA is present
 `tests/test_step.py` checks a captured run against an eager one on the same batches. Capture
 is skipped, with the reason in `PackStep.reason`, where it is turned off (TrainConfig.cuda_graph)
@@ -63,8 +66,11 @@ class PackStep:
 
     def __init__(self, model, opt, loss_fn: LossFn, clip: Tensor, alive: Tensor,
                  running: Tensor, loss_sum: Tensor, start: int, batch_size: int, n_micro: int,
-                 grokfast=None, blocker: str | None = "not requested") -> None:
+                 grokfast=None, blocker: str | None = "not requested", tail=None) -> None:
         self.model, self.opt, self.loss_fn, self.clip = model, opt, loss_fn, clip
+        # the CPU tiny layout's NativeTail (model/tiny_step.py): Grokfast, guard, clipping and
+        # AdamW in one C call; None: torch's ops below (reference layout, CUDA and its graphs)
+        self.tail = tail
         self.params = list(model.parameters())
         self.alive, self.running, self.loss_sum = alive, running, loss_sum
         self.start, self.batch_size, self.n_micro = start, batch_size, n_micro
@@ -99,11 +105,15 @@ class PackStep:
             torch.where(active, mb, torch.zeros_like(mb)).sum().backward()
             losses = losses + mb.detach()
         self.alive &= torch.isfinite(losses) | ~self.running  # a frozen member cannot fail
-        if self.grokfast is not None:
-            self.grokfast.apply()  # before clipping, as in the Grokfast paper
-        self._clip_and_guard(self.params, self.clip, self.alive)
-        active = self.alive & self.running
-        self.opt.step(lr * active)  # a zero lr leaves dead and frozen members exactly put
+        if self.tail is not None:  # the same three stages, in C (arithmetic 3)
+            self.tail(self.grokfast, self.clip, self.alive, self.running, lr)
+            active = self.alive & self.running
+        else:
+            if self.grokfast is not None:
+                self.grokfast.apply()  # before clipping, as in the Grokfast paper
+            self._clip_and_guard(self.params, self.clip, self.alive)
+            active = self.alive & self.running
+            self.opt.step(lr * active)  # a zero lr leaves dead and frozen members exactly put
         self.loss_sum += torch.where(active, losses.double(), 0.0)
         return losses
 
