@@ -83,6 +83,14 @@ def test_checkpoints_and_states_record_the_arithmetic(trained):
                                         f"{VERSIONS[ARITHMETIC].first} on)")
 
 
+def test_every_version_has_its_row():
+    """Bumping ARITHMETIC closes the old row (its last and retrain commits) and opens one."""
+    assert sorted(VERSIONS) == list(range(1, ARITHMETIC + 1))
+    for v, row in VERSIONS.items():
+        assert (row.first is None) == (v == 1) and (row.last is None) == (v == ARITHMETIC)
+        assert (row.retrain is None) == (v == ARITHMETIC)
+
+
 def test_a_checkpoint_without_the_field_is_version_1(tmp_path):
     ck = load_checkpoint(_copy(BOARD / "checkpoints" / RECORD, tmp_path / "old"))
     assert "arithmetic" not in ck.meta and ck.arithmetic == 1
@@ -102,8 +110,8 @@ def test_resuming_a_state_of_another_arithmetic_is_one_line(trained, tmp_path, v
     assert f"written with arithmetic {old}" in lines[0]
     assert f"trains with arithmetic {ARITHMETIC}" in lines[0]
     # an older version's state names that version's last commit to go on with (1: 970b2be,
-    # 2: 0f43d65, before the tiny layout's tail went native); a newer one, its own arithsweep
-    last = {1: "970b2be", 2: "0f43d65"}.get(old)
+    # 2: 8701213, before the tiny layout's tail went native); a newer one, its own arithsweep
+    last = {1: "970b2be", 2: "8701213"}.get(old)
     assert last is None or f"git checkout {last}" in lines[0], lines[0]
     assert (last is None) == ("the arithsweep that wrote it" in lines[0]), lines[0]
     with pytest.raises(CheckpointError, match="whose floats differ"):

@@ -27,10 +27,10 @@ from typing import Any
 #    torch's reduction over (parameters, members), and micro_batch splits each member's own
 #    batch (0: none) instead of ~1024 rows of the whole pack on a CPU. Runs whose clip acted,
 #    and reference-layout CPU runs of >= 2048 rows a step, train to other floats than in 1.
-# 3: the commit after 0f43d65 on. The CPU tiny layout's optimiser tail (Grokfast, the NaN
-#    guard, clipping, AdamW) is one C call (model/tiny_step.c) instead of torch's ops: each
-#    element rounded in float32 as that file writes it, the clipping norm summed in double
-#    over 8 partial sums a member, AdamW's bias corrections b**t by squaring in double.
+# 3: b48b8b8 on. The CPU tiny layout's optimiser tail (Grokfast, the NaN guard, clipping,
+#    AdamW) is one C call (model/tiny_step.c) instead of torch's ops: each element rounded in
+#    float32 as that file writes it, the clipping norm summed in double over 8 partial sums
+#    a member, AdamW's bias corrections b**t by squaring in double.
 #    Tiny-layout runs train to other floats than in 2 (a step's weights within ~1e-7);
 #    reference-layout and CUDA runs keep 2's floats, their tail being torch's still.
 ARITHMETIC = 3
@@ -50,8 +50,8 @@ class Version:
 # Bumping ARITHMETIC: give the old version its last commit (and retrain commit), add the new one
 VERSIONS = {
     1: Version(first=None, last="970b2be", retrain="8d8bf16"),  # entry 60's commands, checked
-    2: Version(first="3bb0c50", last="0f43d65", retrain="0f43d65"),
-    3: Version(first=None, last=None, retrain=None),  # first: filled in by the next commit
+    2: Version(first="3bb0c50", last="8701213", retrain="8701213"),
+    3: Version(first="b48b8b8", last=None, retrain=None),
 }
 
 
