@@ -1,7 +1,7 @@
 """The `tbukic` space below 36 (issue 44, "Below 36"): tbukic's record and its own sweep's
 smaller shapes are points of the space, counted as the sweep counts them; the space reaches
-every size from 35 down to its smallest point; proposals below 40 p train 64 seeds; the start
-point is still tbukic's 44; and the search's shrink moves lead from the 36 below it."""
+every size from 35 down to its smallest point; proposals below 40 p train 64 seeds, at 36 p
+and below 128; the start point is still tbukic's 44; and the search's shrink moves lead from the 36 below it."""
 
 from __future__ import annotations
 
@@ -117,7 +117,9 @@ def test_shrink_moves_from_the_36_go_below_it():
 def test_seeds_follow_the_proposal_s_size():
     rule = SPACE.seed_rule
     assert seeds_for(rule, 44) == 32 and seeds_for(rule, 40) == 32
-    assert [seeds_for(rule, n) for n in (39, 36, 35, 14)] == [64] * 4
+    assert [seeds_for(rule, n) for n in (39, 37)] == [64] * 2
+    # the 36's measured 1 winner in 128 (entry 60): a proposal's "no" misses one 37% of the time
+    assert [seeds_for(rule, n) for n in (36, 35, 14)] == [128] * 3
 
 
 def test_the_start_point_is_still_tbukic_s_44():
