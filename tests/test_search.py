@@ -327,9 +327,17 @@ def test_resume_continues_the_experiment_and_the_study(ray_local, tmp_path):
     with pytest.raises(ConfigError, match="target"):
         _run(_opts(tmp_path, trials=4, resume="c", target=0.5))
 
-    again = _run(SearchOptions(resume="c", trials=4, root=str(tmp_path / "searches"),
-                                     n_verify=0))
+    # resumed from another path, as a repository's study is from a clone elsewhere: its
+    # folder, MLflow database beside it, and nothing left where it was
+    moved = tmp_path / "clone"
+    moved.mkdir()
+    (tmp_path / "searches").rename(moved / "searches")
+    exp = moved / "searches" / "c" / "tune"
+    again = _run(SearchOptions(resume="c", trials=4, root=str(moved / "searches"),
+                               n_verify=0))
+    assert not (tmp_path / "searches" / "c").exists()
     assert again.n_trials == 4 and again.task == "add2" and again.target == 0.9
+    assert again.dir == str(moved / "searches" / "c")
     # the summary counts both runs' time, and this run's alone
     assert again.total_wall_time == pytest.approx(first.wall_time + again.wall_time, abs=0.02)
     study = _study(again)
@@ -346,6 +354,7 @@ def test_resume_continues_the_experiment_and_the_study(ray_local, tmp_path):
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     meta = json.loads((Path(again.dir) / "search.json").read_text())
     assert [r["trials"] for r in meta["resumes"]] == [4]  # the refused resume left no trace
+    assert meta["space_path"].startswith(str(moved)) and str(moved) in meta["mlflow_uri"]
 
 
 @pytest.mark.slow

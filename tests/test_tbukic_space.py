@@ -1,7 +1,8 @@
 """The `tbukic` space below 36 (issue 44, "Below 36"): tbukic's record and its own sweep's
 smaller shapes are points of the space, counted as the sweep counts them; the space reaches
 every size from 35 down to its smallest point; proposals below 40 p train 64 seeds, at 36 p
-and below 128; the start point is still tbukic's 44; and the search's shrink moves lead from the 36 below it."""
+and below 128; the start point is still tbukic's 44; and the search's shrink moves lead from
+the 36 below it."""
 
 from __future__ import annotations
 

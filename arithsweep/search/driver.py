@@ -50,7 +50,7 @@ from arithsweep.core.arithmetic import ARITHMETIC, state_refused, version_of
 from arithsweep.core.config import TrainConfig
 from arithsweep.core.errors import ArithsweepError, ConfigError
 from arithsweep.search import cluster, plan
-from arithsweep.search.options import SearchOptions, SearchProgress, SearchSummary
+from arithsweep.search.options import SearchOptions, SearchProgress, SearchSummary, moved
 
 TUNE_DIR = "tune"  # the Tune experiment's name inside the search directory
 
@@ -151,7 +151,8 @@ def _settle(opts: SearchOptions, t0: float, verifier: Verifier | None,
 
     root = Path(opts.root or Path.cwd() / "searches").expanduser().absolute()
     given = opts.resume or opts.name
-    stored = _stored_options(root / given, opts) if given else {}
+    # a folder resumed from another path (a clone) follows where it is now
+    stored = moved(_stored_options(root / given, opts), str(root)) if given else {}
     bound = (stored.get("options") or {}).get("max_params")
     if opts.resume and opts.max_params is None and isinstance(bound, int):
         opts = replace(opts, max_params=bound)  # a resume keeps the bound it was started with
@@ -243,6 +244,7 @@ def _run(s: _Search, on_update: Callable[[dict], None] | None,
 
     experiment_id, parent_run, started = _start_services(s)
     state = _register(s, on_update, verifier)
+    state.mlflow, state.folder = (s.mlflow_uri, experiment_id, parent_run), str(s.sdir)
     before = _read_json(s.sdir / "summary.json") if s.opts.resume else {}
     # the trials' rule (a resumed Tuner keeps the constants it was started with)
     near = float((s.stored.get("options") or {}).get("near_miss", s.opts.near_miss))

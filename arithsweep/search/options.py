@@ -153,6 +153,29 @@ def trial_cap(trials: int | None, time_budget: float, stored: dict[str, Any] | N
     return DEFAULT_TRIALS, "the default without a --time-budget"
 
 
+def moved(stored: dict[str, Any], root: str) -> dict[str, Any]:
+    """A resumed search's search.json with the paths it recorded under its old root moved to
+    `root`, where the folder is now: a search kept in a repository between sittings is resumed
+    from a clone at another path (its space copy, its MLflow database beside it). Paths
+    outside the old root (a shipped space, another MLflow server) are kept as they are."""
+    old = str((stored.get("options") or {}).get("root") or "").rstrip("/")
+    if not old or old == root.rstrip("/"):
+        return stored
+
+    def follow(value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        for scheme in ("", "sqlite:///", "file://"):
+            if value.startswith(scheme + old + "/"):
+                return scheme + root.rstrip("/") + value[len(scheme + old):]
+        return value
+
+    out = {k: follow(v) if k in ("space_path", "mlflow_uri", "optuna_storage") else v
+           for k, v in stored.items()}
+    out["options"] = {**stored["options"], "root": root}
+    return out
+
+
 def resources_per_trial(opts: SearchOptions, cluster_gpus: float) -> tuple[float, int]:
     """(GPUs per trial, proposals per trial): the one place the GPU defaults are chosen.
 

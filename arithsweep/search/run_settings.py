@@ -61,6 +61,10 @@ class DriverState:
     # deadline, the incumbent, an error), which Tune never restarts, and the concurrency now
     ended_trials: set[str] = field(default_factory=set)
     concurrency: int = 0
+    # (tracking URI, experiment id, parent run) of this run: a resumed Tune experiment restores
+    # its MLflow callback as pickled, with the URI of wherever the folder was then
+    mlflow: tuple[str, str, str] | None = None
+    folder: str = ""  # <root>/<name> as this run found it: Tune's storage for new trials
 
     def note_start(self, trial_id: str, params: int) -> None:
         if self.incumbent is not None and not self.frontier and params >= self.incumbent:

@@ -31,8 +31,12 @@ def fit(s: Any, exp_dir: Path, experiment_id: str, parent_run: str) -> Any:
         run_settings.state_of(s.name).concurrency = concurrency
         # Finished trials stay; unfinished ones continue; errored ones stay errored (Optuna
         # has already been told FAIL, re-running them would be a second, untold attempt).
-        return tune.Tuner.restore(str(exp_dir), trainable=trainable, resume_unfinished=True,
-                                  resume_errored=False, restart_errored=False).fit()
+        from arithsweep.search.propose.searcher import storage_at
+
+        with storage_at(s.optuna_url):  # the study where the folder is now
+            return tune.Tuner.restore(str(exp_dir), trainable=trainable,
+                                      resume_unfinished=True, resume_errored=False,
+                                      restart_errored=False).fit()
     const = constants(s, gpus)
     return new_tuner(s, exp_dir, trainable, const, per_trial, concurrency, experiment_id,
                      parent_run).fit()

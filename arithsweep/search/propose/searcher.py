@@ -20,8 +20,10 @@ Not run directly; `arithsweep.search.driver.run_search` wires them together.
 
 from __future__ import annotations
 
+import copy
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import optuna
 from ray.tune.search import ConcurrencyLimiter, SearchGenerator
@@ -73,6 +75,27 @@ class ConstrainedOptunaSearch(Proposing, Bounding, Descending, Telling, OptunaSe
                 self._ot_study.enqueue_trial(point, skip_if_exists=True)
 
 
+@contextmanager
+def storage_at(now: str) -> Iterator[None]:
+    """While a resumed Tune experiment is restored and run, its pickled Optuna storage opens
+    the study at `now`, in the search's folder where it is now, whatever URL Tune pickled
+    (a repository's study resumed from a clone at another path; tuner.pkl keeps the first
+    sitting's path, each searcher state its own sitting's). Optuna's RDBStorage connects to
+    the URL it was pickled with as it is unpickled, and the searcher's state, the study and
+    every asked trial each hold one, so the URL is set at that one door. A search's only
+    storage is its folder's optuna.db (driver._settle), so no other URL is meant."""
+    restore = optuna.storages.RDBStorage.__setstate__
+
+    def setstate(self, state: dict) -> None:
+        restore(self, {**state, "url": now})
+
+    optuna.storages.RDBStorage.__setstate__ = setstate
+    try:
+        yield
+    finally:
+        optuna.storages.RDBStorage.__setstate__ = restore
+
+
 class BudgetedSearchGenerator(SearchGenerator):
     """A SearchGenerator whose trial count and deadline come from the driver registry.
 
@@ -102,6 +125,18 @@ class BudgetedSearchGenerator(SearchGenerator):
             limiter.num_unfinished_live_trials = len(limiter.live_trials)
             if s.concurrency:
                 limiter.max_concurrent = int(s.concurrency)
+            self._follow(s.folder)
+
+    def _follow(self, folder: str) -> None:
+        """New trials in the search's folder where it is now: Tune restores the trials it had
+        where the experiment moved, but makes new ones from this generator's pickled spec, whose
+        storage still names the old path (a study resumed from a clone at another path)."""
+        spec = self._experiment.spec if self._experiment is not None else {}
+        old = spec.get("storage")
+        if folder and old is not None and old.storage_fs_path != folder:
+            new = copy.copy(old)
+            new.storage_fs_path = folder
+            spec["storage"] = self._experiment.storage = new
 
     def is_finished(self) -> bool:
         return super().is_finished() or run_settings.past_deadline(self._name)

@@ -111,8 +111,21 @@ class MlflowTrialCallback(tune.Callback):
     def _proposals(self, trial) -> range:
         return range(len(packs.proposals_of(trial.config or {})))
 
+    def _sync(self) -> None:
+        """Log where the running search's driver says: a search folder resumed from another
+        path (a clone) or without its MLflow database has another URI, experiment and parent
+        run than this callback was pickled with, and the old runs' ids mean nothing there."""
+        state = run_settings.state_of(self._name)
+        where = state.mlflow if state is not None else None
+        if where and where != (self._uri, self._experiment_id, self._parent):
+            if where[:2] != (self._uri, self._experiment_id):
+                self._runs = {}
+            self._uri, self._experiment_id, self._parent = where
+            self._client = None
+
     def _safe(self, what: str, fn, *args) -> None:
         try:
+            self._sync()
             fn(*args)
         except Exception as exc:  # MLflow trouble is logged, never fatal to the search
             log.warning("mlflow %s failed: %s", what, exc)
