@@ -12,17 +12,23 @@ torch and the kernel run on one thread (--threads), as a search trial does.
     python scripts/profile_tiny_step.py                  # 36 p, 64 seeds, 400 steps
     python scripts/profile_tiny_step.py --shape 44 --seeds 32
     PYTHONPATH=/tmp/old-checkout python scripts/profile_tiny_step.py   # another version's
+
+It runs on the code of 291e02f (2026-11-28, the issue-55 baseline) and every later version: a
+module that moved is found where that version keeps it, and the anchor's keys that only the
+path reads (path, finish_*) are left out for both, as population.train ignores them anyway.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import torch
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 spent: dict[str, float] = collections.defaultdict(float)
@@ -53,6 +59,19 @@ def evaluation(fn):
     return wrapper
 
 
+def anchor_file(shape: str, tmp: Path) -> Path:
+    """The anchor's recipe without what only the path reads (path, finish_*): the first phase,
+    the loop that population.train runs, which any version from 291e02f on can read."""
+    from arithsweep.core.yaml_loader import load_yaml  # its float rule (1e-3 is a number)
+
+    doc = load_yaml((ROOT / f"recipes/anchors/tbukic-{shape}.yaml").read_text())
+    doc["train"] = {k: v for k, v in doc["train"].items()
+                    if k != "path" and not k.startswith("finish_")}
+    out = tmp / f"tbukic-{shape}.yaml"
+    out.write_text(yaml.safe_dump(doc))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shape", choices=("36", "44"), default="36")
@@ -63,17 +82,20 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     import arithsweep.core.model.tiny_layout as TL
     import arithsweep.core.training.optim as O
-    import arithsweep.core.training.packing as PK
     import arithsweep.core.training.population as P
     import arithsweep.core.training.recipe as R
     import arithsweep.core.training.train as T
     from arithsweep.core.overrides import build_configs
 
-    anchor = ROOT / f"recipes/anchors/tbukic-{a.shape}.yaml"
-    task, model_cfg, cfg = build_configs(None, None, anchor, {})
+    with tempfile.TemporaryDirectory() as d:
+        task, model_cfg, cfg = build_configs(None, None, anchor_file(a.shape, Path(d)), {})
     cfg = replace(cfg, seeds=a.seeds, steps=a.steps)
     P.train(task, model_cfg, replace(cfg, steps=3))  # kernel built and loaded, caches warm
-    PK.PackStream.next = timed("data", PK.PackStream.next)
+    try:  # 5901a67 on: the pack's batch stream lives in packing.py
+        from arithsweep.core.training.packing import PackStream
+    except ImportError:  # before: population.py's own
+        PackStream = P._PackStream
+    PackStream.next = timed("data", PackStream.next)
     TL._kernel_args = timed("effective weights", TL._kernel_args)
     TL._TinyLoss.forward = staticmethod(timed("kernel call", TL._TinyLoss.forward))
     TL._run = timed("kernel (C)", TL._run, training_only=True)
