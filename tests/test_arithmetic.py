@@ -180,3 +180,56 @@ def test_show_says_how_to_get_the_commit(tmp_path):
                           capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr
     assert V1 in done.stdout.replace("\n", " ")
+
+
+def test_a_search_of_another_arithmetic_resumes_only_when_asked(tmp_path):
+    """--restart-unfinished lets a search of another arithmetic go on here (the refusal says
+    so); its resume is recorded, and the search is this version's from then on."""
+    from arithsweep.search.driver import SEARCH_FORMAT, _stored_options
+    from arithsweep.search.options import SearchOptions
+    from arithsweep.search.plan import settle
+    from arithsweep.search.space.spaces import load_space
+
+    sdir = tmp_path / "add3-s"
+    sdir.mkdir()
+    meta = {"name": "add3-s", "task": "add3", "target": 0.99, "search_format": SEARCH_FORMAT,
+            "arithmetic": 2}
+    (sdir / "search.json").write_text(json.dumps(meta))
+    with pytest.raises(ConfigError, match="--restart-unfinished"):
+        _stored_options(sdir, SearchOptions(resume="add3-s"))
+    opts = SearchOptions(resume="add3-s", restart_unfinished=True, trials=8)
+    stored = _stored_options(sdir, opts)
+    _, lines = settle(opts, load_space("microadder"), "add3", None, None, stored, sdir)
+    assert f"unfinished ones train again from step 0 under arithmetic {ARITHMETIC}" in lines[0]
+    with pytest.raises(ConfigError, match="goes with --resume"):
+        SearchOptions(task="add3", restart_unfinished=True)
+
+
+def test_a_trial_state_of_another_arithmetic_trains_again_from_step_0(monkeypatch, tmp_path):
+    """A search trial restored from a checkpoint whose training state another arithmetic
+    wrote starts again from step 0 (its floats are never continued); one of this version's
+    goes on from its step."""
+    pytest.importorskip("ray")
+    from test_continue_round import _Restored
+    from test_finishers import _fake_tune, _trial_setup
+
+    from arithsweep.search.trials import trainable
+
+    over = {"steps": 300, "eval_every": 100, "seeds": 2, "finish_rounds": 0, "target": 1.0,
+            "checkpoint_every": 100}
+    fake = _fake_tune(monkeypatch, tmp_path / "whole")
+    (tmp_path / "whole").mkdir()
+    trainable.TrialRunner([_trial_setup(**over)], {"extra_rounds": 0}, {}).run()
+    mid = next(ck for ck, row in fake.checkpoints if row["step"] == 200)
+
+    def first_step(name: str) -> int:
+        again = _fake_tune(monkeypatch, tmp_path / name)
+        (tmp_path / name).mkdir()
+        monkeypatch.setattr(again, "get_checkpoint", lambda: _Restored(mid))
+        trainable.TrialRunner([_trial_setup(**over)], {"extra_rounds": 0}, {}).run()
+        return [r["step"] for r in again.rows if "em" in r][0]
+
+    assert first_step("same") == 300
+    for doc in (mid / "state").glob("state-*.json"):
+        doc.write_text(json.dumps({**json.loads(doc.read_text()), "arithmetic": ARITHMETIC - 1}))
+    assert first_step("other") == 100

@@ -86,6 +86,7 @@ def search(
     from_entry: str = typer.Option(None, "--from-entry", help="start from this leaderboard entry (id or sha256 prefix, local database then leaderboard/entries.json) or checkpoint folder (verified first) as the verified incumbent, descending from it; --task defaults to its task"),
     max_failures: int = typer.Option(SearchOptions.max_failures, "--max-failures", help="restarts of a trial whose process dies (out of memory, a lost node), each from its last saved state; then it ends errored and the search goes on"),
     fresh: bool = typer.Option(SearchOptions.fresh, "--fresh", help="start from the space's start point; without it (and without --from-entry) a new search starts from the board's smallest entry of the task at the target, as --from-entry would"),
+    restart_unfinished: bool = typer.Option(SearchOptions.restart_unfinished, "--restart-unfinished", help="with --resume, continue a search started under another arithmetic version: its finished trials stand, its unfinished ones train again from step 0"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Ray Tune + Optuna search for the fewest-parameter model reaching the target.
@@ -107,7 +108,7 @@ def search(
         root=str(root.absolute()) if root else None, mlflow_uri=mlflow_uri,
         n_verify=n_verify, seed=seed, max_params=max_params, frontier=frontier,
         patience=patience, extra_rounds=max(0, rounds - 1), from_entry=from_entry, fresh=fresh,
-        max_failures=max_failures,
+        max_failures=max_failures, restart_unfinished=restart_unfinished,
         command=shlex.join(["arithsweep", *sys.argv[1:]]),
     )
     from arithsweep.leaderboard.entry_lookup import entry_finder, smallest_finder

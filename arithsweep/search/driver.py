@@ -211,7 +211,8 @@ def _record(s: _Search) -> None:
     if opts.resume:
         s.stored.setdefault("resumes", []).append(
             {"command": opts.command, "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-             "time_budget": opts.time_budget, "trials": s.trials})
+             "time_budget": opts.time_budget, "trials": s.trials, "arithmetic": ARITHMETIC})
+        s.stored["arithmetic"] = ARITHMETIC  # its trials' states are this version's from now
         _write_json(sdir / "search.json", s.stored)
         return
     if space.path.is_file():
@@ -373,8 +374,10 @@ def _stored_options(sdir: Path, opts: SearchOptions) -> dict[str, Any]:
             f"{made}) and this is {__version__} (format {SEARCH_FORMAT}), whose pickled Tune "
             f"state and spaces differ; start a new search (its verified entries stay on the "
             f"leaderboard)")
-    if version_of(stored) != ARITHMETIC:  # its trials' states would go on with other floats
-        raise ConfigError(state_refused(f"cannot resume {sdir.name!r}", version_of(stored)))
+    if version_of(stored) != ARITHMETIC and not opts.restart_unfinished:  # other floats
+        raise ConfigError(state_refused(f"cannot resume {sdir.name!r}", version_of(stored))
+                          + ", or resume it here with --restart-unfinished (its finished "
+                          "trials stand, its unfinished ones train again from step 0)")
     for key, given in (("task", opts.task), ("target", opts.target)):
         if given is not None and given != stored.get(key):
             raise ConfigError(f"cannot resume {sdir.name!r} with {key}={given!r}: it was "

@@ -71,6 +71,10 @@ class SearchOptions:
     # task (without it a new search starts from the board's smallest, see run_search's
     # find_smallest)
     fresh: bool = False
+    # --restart-unfinished: resume a search started under another arithmetic (core/arithmetic.py)
+    # here: its finished trials stand, its unfinished ones train again from step 0 (a state of
+    # one version's floats is never continued with another's)
+    restart_unfinished: bool = False
 
     def __post_init__(self) -> None:
         def need(ok: bool, what: str) -> None:
@@ -83,6 +87,8 @@ class SearchOptions:
              "--from-entry starts a new search; a resumed one keeps the incumbent it had")
         need(not (self.fresh and self.resume),
              "--fresh starts a new search; a resumed one keeps the incumbent it had")
+        need(not self.restart_unfinished or self.resume is not None,
+             "--restart-unfinished goes with --resume (a search of another arithmetic)")
         need(not (self.fresh and self.from_entry),
              "--fresh starts from the space's start point and --from-entry from an entry: "
              "give one")

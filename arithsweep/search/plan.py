@@ -22,6 +22,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from arithsweep.core.arithmetic import ARITHMETIC, version_of
 from arithsweep.core.errors import ConfigError
 from arithsweep.search.space.spaces import RayDefineByRun, Space
 
@@ -120,6 +121,10 @@ def settle(opts: Any, space: Space, task: str, start: dict | None, unused: str |
         inc = incumbent_of(load_verified(sdir))
         first = f"resuming search {opts.resume}: " + (
             f"its smallest verified model has {inc} p" if inc else "no model verified yet")
+        if version_of(stored) != ARITHMETIC:  # --restart-unfinished (driver._stored_options)
+            first += (f"; started under arithmetic {version_of(stored)}, its finished trials "
+                      f"stand and its unfinished ones train again from step 0 under "
+                      f"arithmetic {ARITHMETIC}")
     else:
         inc = start and int(start["params"])
         if not opts.frontier:  # --frontier trains every size: the start bounds nothing

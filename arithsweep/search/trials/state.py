@@ -29,6 +29,7 @@ from typing import Any
 
 from ray import tune
 
+from arithsweep.core.arithmetic import ARITHMETIC, version_of
 from arithsweep.core.errors import ArithsweepError
 from arithsweep.core.training.path import PATH_STATES, PHASES_DIR, path_state
 from arithsweep.core.training.resume import (
@@ -71,6 +72,13 @@ def _state_in(folder: Path) -> RunState | None:
     return state
 
 
+def _this_arithmetic(state: RunState | None) -> RunState | None:
+    """The state, unless another arithmetic wrote it (a search resumed with
+    --restart-unfinished): its floats are never continued with this version's, so the trial
+    trains again from step 0, its rounds and path from their start."""
+    return state if state is not None and version_of(state.doc) == ARITHMETIC else None
+
+
 def _state_root(state: RunState) -> Path:
     """The state folder (STATE) a restored state was found in, however deep (a path's)."""
     return next((p for p in state.path.parents if p.name == STATE), state.path.parent)
@@ -100,11 +108,13 @@ class TrialState:
         try:
             if ckpt is not None:
                 if os.path.isdir(os.path.dirname(ckpt.path)):  # local storage
-                    return self._take_rounds_best(restored_state(Path(ckpt.path)))
+                    return self._take_rounds_best(_this_arithmetic(
+                        restored_state(Path(ckpt.path))))
                 with ckpt.as_directory() as d:
-                    return self._take_rounds_best(_state_in(Path(d) / STATE))
+                    return self._take_rounds_best(_this_arithmetic(_state_in(Path(d) / STATE)))
             src = config.get(RESUME_FROM)
-            return self._take_rounds_best(restored_state(Path(src))) if src else None
+            return (self._take_rounds_best(_this_arithmetic(restored_state(Path(src))))
+                    if src else None)
         except (ArithsweepError, OSError):  # another version's state: train from step 0
             return None
 
