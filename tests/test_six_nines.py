@@ -157,6 +157,12 @@ def test_a_mix_model_failing_one_operation_does_not_qualify(small_bar, tmp_path,
     console = Console(width=140, record=True)
     console.print(report_detail(rep))
     assert "By operation" in console.export_text()
+    # the board's own gate says which operation missed, not that the whole suite did
+    from arithsweep.core.errors import ArithsweepError
+    from arithsweep.leaderboard.board import open_db
+
+    with pytest.raises(ArithsweepError, match=r"not recorded: sub exact match 0\.9993"):
+        open_db(f"sqlite:///{tmp_path / 'lb.db'}").record(rep)
     # one failure in 3,000 (99.967%) is at the target on both operations: qualifies
     ck = oracle_checkpoint(tmp_path, task, 0.9995, last_subtractions(1))
     rep = v.verify(ck, target=0.9995)

@@ -104,7 +104,9 @@ class Leaderboard:
             report = VerificationReport.from_dict(report)
         if not report.qualifies:
             em, target = _distinct(report.exact_match, report.target)
-            raise ArithsweepError(f"not recorded: exact match {em} is below the target {target}")
+            what = (f"exact match {em}" if report.exact_match < report.target
+                    else "; ".join(report.shortfalls()))  # an operation of a mixed task
+            raise ArithsweepError(f"not recorded: {what} is below the target {target}")
         sha = str(report.sha256).lower()
         if not re.fullmatch(r"[0-9a-f]{64}", sha):
             raise ArithsweepError(f"not recorded: {report.sha256!r} is not a sha256 hex digest")
