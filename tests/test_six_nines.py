@@ -227,3 +227,33 @@ def test_per_op_headline_names_an_operation_below_the_target():
                                             "nines); sub 2 failures in 1,000,000 (5 nines, "
                                             "below the target)"}
     assert per_operation({}, 0.99) == {} and per_operation(None) == {}
+
+
+def test_near_zero_subtractions_come_from_the_training_side_only():
+    """The finishers' and the polish's pools can hold subtractions near zero, where the
+    published mix6 fails (its 134 of 138 failures): Task.sample's near_zero mode draws them
+    from the training side of the split only, and near_zero_share asks a share of a pool."""
+    from arithsweep.core.config import TrainConfig
+    from arithsweep.core.training.finish import training_pool
+
+    task, gen = get_task("mix6"), torch.Generator().manual_seed(3)
+    a, b, op = task.sample(4000, gen, "near_zero", split="train")
+    sub = op == 1
+    assert bool(sub.all())  # a mixed task's share: all subtractions
+    assert not task.is_holdout(a, b, op).any()
+    assert float(((a - b)[sub].abs() < 1000).float().mean()) > 0.5
+    assert bool(((a - b)[sub] < 0).any() and ((a - b)[sub] > 0).any())  # both signs
+
+    def near(cfg):  # full-length operands whose difference is short: 476333 - 476326
+        a, b, op = training_pool(task, cfg, torch.Generator().manual_seed(0))
+        close = ((a - b).abs() < 1000) & (op == 1) & (a >= 10**5)
+        return float(close.float().mean()), a.numel()
+
+    before = near(TrainConfig(finish_pool=3000))[0]  # ~1% of the pool (its carry third)
+    share, n = near(TrainConfig(finish_pool=3000, near_zero_share=0.25))
+    assert n == 3000 and share > 0.1 > 0.03 > before
+    # a task without subtraction draws none
+    assert training_pool(get_task("add6"), TrainConfig(finish_pool=300, near_zero_share=0.5),
+                         torch.Generator().manual_seed(0))[2].eq(0).all()
+    with pytest.raises(ConfigError, match="near_zero_share"):
+        TrainConfig(near_zero_share=1.0)

@@ -58,6 +58,7 @@ from arithsweep.core.errors import ConfigError
 OPS = ("add", "sub", "mix", "mul")
 MAX_DIGITS = {"add": 18, "sub": 18, "mix": 18, "mul": 9}  # results must fit in int64
 OP_CODES = {"add": (0,), "sub": (1,), "mix": (0, 1), "mul": (2,)}  # op code 0=add 1=sub 2=mul
+SAMPLE_MODES = ("uniform", "values", "carry", "carry_patterns", "near_zero")  # Task.sample
 OP_NAMES = ("add", "sub", "mul")  # indexed by op code
 _SYMBOLS = ("+", "-", "*", "=", "<eos>", "<pad>")
 _LIST_MAX = 4 * 10**6  # problems under a length cap that holdout sampling may enumerate
@@ -221,16 +222,16 @@ class Task:
         mostly full-length operands, as verification's random part sees them). carry
         (add/sub/mix; mul falls back to uniform): a carry (borrow) cascade of random length is
         forced into each problem (see sampling._carry_pair); carry_patterns mixes a single
-        carry, a chain and a chain out of the top digit. Rejects are drawn again.
+        carry, a chain and a chain out of the top digit; near_zero: subtractions within 10^j of
+        zero (sampling._near_zero; add: over values). Rejects are drawn again.
 
         train draws with replacement (it is a stream). holdout draws distinct problems, none of
         them in `exclude`, so that n is a sample size a confidence bound may trust; when the
         holdout side (under max_len) has n or fewer such problems, all of them come back."""
         cap = self.n_digits if max_len is None else max_len
-        if mode not in ("uniform", "values", "carry", "carry_patterns") \
-                or split not in ("train", "holdout"):
+        if mode not in SAMPLE_MODES or split not in ("train", "holdout"):
             raise ConfigError(f"bad sampling mode {mode!r} or split {split!r}: expected mode "
-                              f"uniform|values|carry|carry_patterns and split train|holdout")
+                              f"{'|'.join(SAMPLE_MODES)} and split train|holdout")
         if not 1 <= cap <= self.n_digits:
             raise ConfigError(f"max_len {max_len} out of range for {self.name}: "
                               f"expected 1..{self.n_digits}")
@@ -397,4 +398,3 @@ class Task:
         x, k = torch.arange(side), len(self.op_codes)
         op = torch.tensor(self.op_codes).repeat_interleave(side * side)
         return x.repeat_interleave(side).repeat(k), x.repeat(side * k), op
-

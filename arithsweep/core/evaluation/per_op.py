@@ -39,7 +39,7 @@ PER_OP = 10**6  # problems of each operation a check at SIX_NINES holds at least
 # shares of op_sample: Quirke's classes get a quarter (suite v2 gives them ~3%: mix6's S5 has
 # 3,038 of 566K additions, too few to see a one-in-10^6 class failure), subtraction a sixteenth
 # near zero; of the rest a tenth has uniform operand lengths and the others uniform values
-ENRICHED_SHARE, NEAR_ZERO_SHARE, LENGTHS_SHARE = 1 / 4, 1 / 16, 1 / 10
+ENRICHED_SHARE, SUITE_NEAR_ZERO, LENGTHS_SHARE = 1 / 4, 1 / 16, 1 / 10
 _ROUNDS = 64  # near-zero draw rounds before the held-out side counts as exhausted
 
 Problems = tuple[Tensor, Tensor, Tensor]
@@ -108,14 +108,14 @@ def op_sample(task: Task, code: int, n: int, gen: torch.Generator,
               exclude: Problems | None = None) -> Problems:
     """n distinct held-out problems of operation `code`, none in `exclude` (fewer only where
     the held-out side runs out): ENRICHED_SHARE Quirke-enriched (add and sub tasks), for
-    subtraction NEAR_ZERO_SHARE answers near zero, of the rest LENGTHS_SHARE with uniform
+    subtraction SUITE_NEAR_ZERO answers near zero, of the rest LENGTHS_SHARE with uniform
     operand lengths and the others uniform over values. Deterministic for a given `gen`."""
     one = op_task(task, code)
     empty = torch.zeros(0, dtype=torch.int64)
     seen: Problems = tuple(exclude) if exclude is not None else (empty, empty, empty)
     start = seen[0].numel()
     n_enr = int(n * ENRICHED_SHARE) if supported(one) else 0
-    n_near = int(n * NEAR_ZERO_SHARE) if one.op == "sub" else 0
+    n_near = int(n * SUITE_NEAR_ZERO) if one.op == "sub" else 0
     if n_enr:
         seen = _cat(seen, enriched_sample(one, n_enr, gen, split="holdout", exclude=seen))
     if n_near:

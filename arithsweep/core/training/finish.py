@@ -46,6 +46,7 @@ from arithsweep.core.evaluation.confirm import eval_problems
 from arithsweep.core.evaluation.evaluate import EvalSet, answer_start, exact_match
 from arithsweep.core.model.model import ArithTransformer, ModelConfig
 from arithsweep.core.training.finish_score import Scorer, held_out_em, objective, scorer
+from arithsweep.core.training.recipe import near_zero_part
 
 FINETUNE, CMAES = "targeted fine-tuning", "cma-es"
 # a search trial below the target whose best held-out exact match is at least this gets the
@@ -87,14 +88,19 @@ class Finished:
 def training_pool(task: Task, cfg: TrainConfig, gen: torch.Generator,
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`finish_pool` TRAINING-split problems, a third each over values (mostly full length, as
-    verification's random part), over operand lengths, and carry-enriched: (P,) each."""
-    n, cap = cfg.finish_pool, cfg.train_digits
+    verification's random part), over operand lengths, and carry-enriched, after the share
+    `near_zero_share` asks of subtractions near zero: (P,) each."""
+    cap, near = cfg.train_digits, near_zero_part(task, cfg, cfg.finish_pool)
+    n = cfg.finish_pool - near
     third = n // 3
     carry = "carry" if getattr(task, "op", None) != "mul" else "uniform"
     parts = [task.sample(n - 2 * third, gen, "values", cap, split="train"),
              task.sample(third, gen, "uniform", cap, split="train"),
              task.sample(third, gen, carry, cap, split="train")]
+    if near:
+        parts.append(task.sample(near, gen, "near_zero", cap, split="train"))
     return tuple(torch.cat([p[i] for p in parts]) for i in range(3))
+
 
 
 def finish(task: Task, model_cfg: ModelConfig, cfg: TrainConfig,

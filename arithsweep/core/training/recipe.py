@@ -95,18 +95,28 @@ class GrokfastEMA:
         torch._foreach_add_(grads, self.ema, alpha=self.lam)
 
 
+def near_zero_part(task: Task, cfg: TrainConfig, pool: int) -> int:
+    """How many of a `pool`-problem mining pool (the polish's, the finishers') are subtractions
+    near zero: the share `near_zero_share` asks, on a task with subtraction (else none)."""
+    return int(pool * cfg.near_zero_share) if 1 in getattr(task, "op_codes", ()) else 0
+
+
 @torch.no_grad()
 def mine_errors(model: torch.nn.Module, task: Task, cfg: TrainConfig,
                 gen: torch.Generator) -> list[tuple[torch.Tensor, ...]]:
     """Per member, the training-split problems (a, b, op) it gets wrong among `polish_pool`
-    drawn from the training side of the split (half uniform lengths, half carry-enriched)."""
+    drawn from the training side of the split (half uniform lengths, half carry-enriched, after
+    the share of subtractions near zero `near_zero_share` asks)."""
     from arithsweep.core.evaluation.evaluate import exact_match
 
-    half = cfg.polish_pool // 2
+    near = near_zero_part(task, cfg, cfg.polish_pool)
+    half = (cfg.polish_pool - near) // 2
     cap = cfg.train_digits  # polishing must not train on longer operands than training did
-    parts = [task.sample(cfg.polish_pool - half, gen, "uniform", cap, split="train"),
+    parts = [task.sample(cfg.polish_pool - near - half, gen, "uniform", cap, split="train"),
              task.sample(half, gen, "carry" if task.op != "mul" else "values", cap,
                          split="train")]
+    if near:  # subtractions near zero (TrainConfig.near_zero_share)
+        parts.append(task.sample(near, gen, "near_zero", cap, split="train"))
     a, b, op = (torch.cat([p[i] for p in parts]) for i in range(3))  # (P,) each
     wrong = ~exact_match(model, task, a, b, op)  # (K, P)
     return [(a[w], b[w], op[w]) for w in wrong]
