@@ -102,3 +102,27 @@ def test_a_new_incumbent_makes_its_shrink_moves_the_next_proposals(tmp_path):
             assert sizer(c) < 278 and c["train.lr"] == first["train.lr"]
     finally:
         run_settings.unregister("descend")
+
+
+def test_under_a_bound_the_moves_are_the_nearest_points_below_it():
+    """`--max-params` under the incumbent: few one-step moves clear it, so the moves are the
+    points under it nearest to the incumbent: one key changed before two, the largest first.
+    From the 42 p a search below the 36 starts from (entry 59), today's moves without the
+    bound led with a 32-p d 2 and queued a 41 p the bound then skipped."""
+    space, sizer = load_space("tbukic"), ProposalSizer({"task": "add10"})
+    the_42 = {"model.d_model": 3, "model.d_ff": 2, "model.activation": "swiglu",
+              "model.norm_weight": "scalar", "model.qk_norm": "head", "model.embed": "arc",
+              "model.tie_k": "q", "model.mlp_down": "own", "model.tie_gate": False}
+    assert _size(space, sizer, the_42) == 42
+    moves = shrink_moves(space, the_42, sizer, limit=40, below=37)
+    # (a key a move switches off, tie_gate under ReLU, is no change of its own)
+    changed = [sum(k in m and m[k] != v for k, v in the_42.items()) for m in moves]
+    sizes = [_size(space, sizer, m) for m in moves]
+    assert all(n < 37 for n in sizes) and changed == sorted(changed)
+    assert changed[0] == 1 and 2 in changed  # two keys where one cannot clear the bound
+    ones = [n for n, c in zip(sizes, changed) if c == 1]
+    assert ones == sorted(ones, reverse=True) and ones[0] == 36
+    picked = shrink_moves(space, the_42, sizer, below=37)
+    assert [_size(space, sizer, m) for m in picked] == sizes[:3] == [36, 36, 35]
+    # without a bound under the incumbent: as before, the boldest first, then a spread
+    assert shrink_moves(space, the_42, sizer, below=42) == shrink_moves(space, the_42, sizer)

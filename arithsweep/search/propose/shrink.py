@@ -86,31 +86,52 @@ def _neighbour_values(space: Space, key: str, value: Any) -> list[Any]:
 
 
 def shrink_moves(space: Space, point: dict[str, Any], sizer: Callable[[dict], int],
-                 limit: int = MOVES_PER_INCUMBENT) -> list[dict[str, Any]]:
+                 limit: int = MOVES_PER_INCUMBENT, below: int | None = None,
+                 ) -> list[dict[str, Any]]:
     """Up to `limit` points one step from `point` (searched keys -> values, as Optuna trial
     params), each strictly smaller by `sizer`: the smallest first, then evenly spread sizes
-    up to the largest."""
+    up to the largest.
+
+    `below`: a bound under the point's own size (`--max-params`), which few one-step moves
+    clear. The moves are then the points nearest to `point` under it: one key changed, else
+    two, the largest first (the fewest ties a known-good shape must take on). From the 42 p a
+    search below the 36 starts from (entry 59), the one-step moves under 37 p are a plain
+    transpose of the MLP (36 p) and bolder steps (d 2, ReLU: 27-33 p, none of which trained);
+    tbukic's 36 is two keys and two ties away."""
     base = _full_config(space, point)
     size = sizer(base) if base is not None else 0
     if not size:
         return []
-    found: dict[tuple, tuple[int, dict[str, Any]]] = {}
-    for key, value in point.items():
-        if not key.startswith("model.") or key not in {p.name for p in space.searched}:
-            continue
-        for new in _neighbour_values(space, key, value):
-            moved = _reachable(space, {**point, key: new})
-            config = _full_config(space, moved)
-            n = sizer(config) if config is not None else 0
-            if 0 < n < size:
-                found.setdefault(tuple(sorted(moved.items(), key=str)), (n, moved))
-    ranked = [moved for _, moved in sorted(found.values(), key=lambda x: x[0])]
+    bounded = below is not None and below < size
+    cap = below if bounded else size
+    steps = _steps(space, point)
+    found: dict[tuple, tuple[int, int, dict[str, Any]]] = {}
+    pairs = [(a,) for a in steps]
+    if bounded:
+        pairs += [(a, b) for i, a in enumerate(steps) for b in steps[i + 1:] if a[0] != b[0]]
+    for change in pairs:
+        moved = _reachable(space, {**point, **dict(change)})
+        config = _full_config(space, moved)
+        n = sizer(config) if config is not None else 0
+        if 0 < n < cap:
+            found.setdefault(tuple(sorted(moved.items(), key=str)), (len(change), n, moved))
+    if bounded:  # the nearest first: fewest keys changed, then the largest under the bound
+        return [m for _, _, m in sorted(found.values(), key=lambda x: (x[0], -x[1]))][:limit]
+    ranked = [moved for _, _, moved in sorted(found.values(), key=lambda x: x[1])]
     if len(ranked) <= limit:
         return ranked
     # the boldest move first (it saves the most if it trains), then an even spread up to
     # the gentlest, so one failed bold step does not leave the search with nothing nearby
     picks = sorted({round(i * (len(ranked) - 1) / (limit - 1)) for i in range(limit)})
     return [ranked[i] for i in picks]
+
+
+def _steps(space: Space, point: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Every (searched model key, its neighbour value) one step from `point`."""
+    searched = {p.name for p in space.searched}
+    return [(key, new) for key, value in point.items()
+            if key.startswith("model.") and key in searched
+            for new in _neighbour_values(space, key, value)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -221,7 +242,9 @@ class Descending:
                 if v.get("qualifies") and int(v.get("params", 0)) == state.incumbent]
         point = (best[0].get("point") or self._optuna_params(str(best[0]["trial_id"]))
                  if best else None)
-        for move in shrink_moves(space, point, self._sizer) if point else []:
+        bound = state.bound()  # --max-params under the incumbent: the moves clear it
+        below = int(bound) if bound < state.incumbent else None
+        for move in shrink_moves(space, point, self._sizer, below=below) if point else []:
             self._ot_study.enqueue_trial(move, skip_if_exists=True)
         log.info("search %s: incumbent %s p; queued its shrink moves", self._name,
                  state.incumbent)
