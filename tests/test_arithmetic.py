@@ -97,7 +97,7 @@ def test_a_checkpoint_without_the_field_is_version_1(tmp_path):
     assert version_of({}) == version_of(None) == version_of({"arithmetic": "2"}) == 1
 
 
-@pytest.mark.parametrize("version", [None, 1, 2, ARITHMETIC + 1])
+@pytest.mark.parametrize("version", [None, 1, 2, 3, ARITHMETIC + 1])
 def test_resuming_a_state_of_another_arithmetic_is_one_line(trained, tmp_path, version):
     out = _copy(trained, tmp_path / "run")
     _as_version(out, version)
@@ -110,8 +110,9 @@ def test_resuming_a_state_of_another_arithmetic_is_one_line(trained, tmp_path, v
     assert f"written with arithmetic {old}" in lines[0]
     assert f"trains with arithmetic {ARITHMETIC}" in lines[0]
     # an older version's state names that version's last commit to go on with (1: 970b2be,
-    # 2: 8701213, before the tiny layout's tail went native); a newer one, its own arithsweep
-    last = {1: "970b2be", 2: "8701213"}.get(old)
+    # 2: 8701213, before the tiny layout's tail went native; 3: a0e9ca1, before the kernel's fused
+    # multiply-adds); a newer one, its own arithsweep
+    last = {1: "970b2be", 2: "8701213", 3: "a0e9ca1"}.get(old)
     assert last is None or f"git checkout {last}" in lines[0], lines[0]
     assert (last is None) == ("the arithsweep that wrote it" in lines[0]), lines[0]
     with pytest.raises(CheckpointError, match="whose floats differ"):

@@ -1,8 +1,10 @@
 """Where the same seed gives the same weights (docs/training.md): the tiny kernel's numbers do
 not depend on the instruction set it is built for nor on the compiler, because contraction
-into fused multiply-adds is pinned off; so a tiny-layout run repeats bit for bit on any x86-64
-machine with AVX2 or AVX-512 (same arithsweep and torch). Each build is cached under its own
-key. The reference layout repeats on one machine kind only: torch picks its kernels by CPU.
+into fused multiply-adds is pinned off (the kernel's own fused multiply-adds, from arithmetic 4
+on, are written out: one rounding on every machine); so a tiny-layout run repeats bit for bit
+on any x86-64 machine with AVX2 or AVX-512 (same arithsweep and torch). Each build is cached
+under its own key. The reference layout repeats on one machine kind only: torch picks its
+kernels by CPU.
 
     .venv/bin/python -m pytest tests/test_kernel_target.py -q
 """
@@ -41,9 +43,15 @@ CFG = dict(vocab_size=14, n_ctx=35, n_layers=1, d_model=3, n_heads=1, d_head=4, 
            d_ff=2, activation="swiglu", norm="rms", share_norms=True, tie_embeddings=True,
            pos="rope", rope_base=3.0, rope_pairs="interleaved", qk_norm="head", embed="arc",
            tie_k="q", tie_v=True, tie_o=True, arc_init=[2.5, -1.2, 0.29])
+# widths the kernel has no specialised tile for (its generic one), grouped K/V heads, GELU (the
+# erf polynomial), LayerNorm with its shift, untied embeddings, half-split RoPE
+CFG_ANY = dict(vocab_size=14, n_ctx=35, n_layers=1, d_model=6, n_heads=4, n_kv_heads=2,
+               d_head=2, d_vhead=3, d_ff=5, activation="gelu", norm="layer", pos="rope",
+               rope_base=10.0, tie_embeddings=False)
 
 
-def _loss_and_grads(monkeypatch, tmp_path, target: str, cc: str | None = None):
+def _loss_and_grads(monkeypatch, tmp_path, target: str, cc: str | None = None,
+                    cfg: dict = CFG):
     """(loss bytes, gradient bytes) of one batch through the kernel built for `target`."""
     monkeypatch.setenv("ARITHSWEEP_CACHE", str(tmp_path))
     monkeypatch.setenv(TL.TARGET_ENV, target)
@@ -54,7 +62,7 @@ def _loss_and_grads(monkeypatch, tmp_path, target: str, cc: str | None = None):
     monkeypatch.setattr(TL, "_lib_error", None)
     assert TL.load_error() is None, TL.load_error()
     torch.manual_seed(0)
-    model = ArithTransformer(ModelConfig(**CFG), k=3)
+    model = ArithTransformer(ModelConfig(**cfg), k=3)
     with torch.no_grad():  # weights off their init, so every path carries real numbers
         for p in model.parameters():
             p.add_(0.3 * torch.randn_like(p))
@@ -89,15 +97,20 @@ def test_a_bad_target_is_said_and_training_falls_back(monkeypatch, tmp_path):
 
 
 @pytest.mark.skipif(not AVX2, reason="an x86-64-v3 build needs AVX2 and FMA")
-def test_an_avx2_build_gives_the_native_builds_bits(monkeypatch, tmp_path):
+@pytest.mark.parametrize("cfg", [CFG, CFG_ANY], ids=["44p-fixed-tile", "generic-tile"])
+def test_an_avx2_build_gives_the_native_builds_bits(monkeypatch, tmp_path, cfg):
     """On an AVX-512 machine native is AVX-512 (16 lanes in one register), v3 AVX2 (two
-    registers): the same loss and gradients to the last bit. Likewise Clang's build, where
-    a Clang is installed."""
-    native = _loss_and_grads(monkeypatch, tmp_path, "native")
-    assert _loss_and_grads(monkeypatch, tmp_path, "x86-64-v3") == native
+    registers): the same loss and gradients to the last bit, the kernel's explicit fused
+    multiply-adds included (arithmetic 4). Likewise x86-64-v4's build and Clang's, where a
+    Clang is installed."""
+    native = _loss_and_grads(monkeypatch, tmp_path, "native", cfg=cfg)
+    assert _loss_and_grads(monkeypatch, tmp_path, "x86-64-v3", cfg=cfg) == native
+    if _cpu_has("avx512f", "avx512bw", "avx512dq", "avx512vl"):
+        assert _loss_and_grads(monkeypatch, tmp_path, "x86-64-v4", cfg=cfg) == native
     for clang in ("clang", "clang-14", "clang-15", "clang-16", "clang-17", "clang-18"):
         if path := shutil.which(clang):
-            assert _loss_and_grads(monkeypatch, tmp_path, "x86-64-v3", path) == native
+            assert _loss_and_grads(monkeypatch, tmp_path, "x86-64-v3", path, cfg=cfg) == native
+            assert _loss_and_grads(monkeypatch, tmp_path, "native", path, cfg=cfg) == native
             break
 
 

@@ -8,7 +8,8 @@
  * and a tile of L = 16 sequences (one or two `vf`s wide, VL below) stays in L1/L2 from the
  * embedding to the last gradient (the reference layout streams every intermediate through
  * memory once per PyTorch op). scripts/kernel_ab.py compares two versions of this file (bits
- * and time): every change to it so far kept the gradients' bits.
+ * and time). A change that moves its bits is a new arithmetic (core/arithmetic.py): 4 made its
+ * multiply-accumulates fused (vfma), and must stay the same bits for AVX2, AVX-512 and Clang.
  *
  * Inputs are the *effective* weights (after ties, low-rank products and derived tables), so
  * this file knows one architecture: pre-norm RMS or LayerNorm (or no norm), H query heads over Hkv K/V
@@ -95,6 +96,28 @@ static inline vf vmin(vf a, vf b) { vi m = a < b; return (vf)((m & (vi)a) | (~m 
 #endif
 static inline vf vsel(vi m, vf a) { return (vf)(m & (vi)a); } /* a where m, else 0 */
 
+/* vfma(a, b, c) = a * b + c rounded once (IEEE fusedMultiplyAdd), lane by lane. Written out,
+ * never left to the compiler (contraction stays off): every AVX2 and AVX-512 machine has
+ * FMA3, and one correctly rounded result is the same bits on each, whichever compiler and
+ * vector width; where the target has no FMA (x86-64 below v3, say), fmaf gives the same
+ * bits in software. From arithmetic 4 on, every multiply-accumulate of the model is one. */
+#if defined(__AVX512F__) && VL == 16
+static inline vf vfma(vf a, vf b, vf c) {
+    return (vf)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+}
+#elif defined(__AVX__) && defined(__FMA__) && VL == 8
+static inline vf vfma(vf a, vf b, vf c) {
+    return (vf)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+}
+#else
+static inline vf vfma(vf a, vf b, vf c) {
+    vf r;
+    for (int l = 0; l < VL; l++) r[l] = fmaf(a[l], b[l], c[l]);
+    return r;
+}
+#endif
+static inline vf vfmas(vf a, float b, vf c) { return vfma(a, vbcast(b), c); } /* b scalar */
+
 /* e^x, Cephes' expf polynomial after x = n ln2 + r: |rel err| < 2e-7 on [-87, 88]. `neg`: the
  * caller knows x <= 0 or NaN (a softmax's x - max), so the upper clamp is a no-op and z rounds
  * as z - 0.5: the same n and the same bits as the general path, in three fewer operations. */
@@ -108,14 +131,14 @@ static INLINE vf vexp_at(vf x, int neg) {
                : __builtin_convertvector(z + (vf)(((vi)z & ((vi){0} + INT32_MIN))
                                                   | (vi)vbcast(0.5f)), vi);
     vf nf = __builtin_convertvector(n, vf);
-    vf r = x - nf * 0.693359375f + nf * 2.12194440e-4f;
+    vf r = vfmas(nf, 2.12194440e-4f, vfmas(nf, -0.693359375f, x));
     vf p = vbcast(1.9875691500e-4f);
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    vf y = p * r * r + r + 1.0f;
+    p = vfma(p, r, vbcast(1.3981999507e-3f));
+    p = vfma(p, r, vbcast(8.3334519073e-3f));
+    p = vfma(p, r, vbcast(4.1665795894e-2f));
+    p = vfma(p, r, vbcast(1.6666665459e-1f));
+    p = vfma(p, r, vbcast(5.0000001201e-1f));
+    vf y = vfma(p * r, r, r) + 1.0f;
     return y * (vf)((n + 127) << 23);
 }
 static INLINE vf vexp(vf x) { return vexp_at(x, 0); }
@@ -123,10 +146,12 @@ static INLINE vf vexp_neg(vf x) { return vexp_at(x, 1); } /* x <= 0 (or NaN) */
 
 /* erf by Abramowitz & Stegun 7.1.26 (|abs err| < 1.5e-7), odd-extended */
 static inline vf verf(vf x) {
-    vf ax = vmax(x, -x), t = 1.0f / (1.0f + 0.3275911f * ax);
-    vf y = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t
-            + 0.254829592f) * t;
-    y = 1.0f - y * vexp(-ax * ax);
+    vf ax = vmax(x, -x), t = 1.0f / vfmas(ax, 0.3275911f, vbcast(1.0f));
+    vf y = vfmas(t, 1.061405429f, vbcast(-1.453152027f));
+    y = vfma(y, t, vbcast(1.421413741f));
+    y = vfma(y, t, vbcast(-0.284496736f));
+    y = vfma(y, t, vbcast(0.254829592f)) * t;
+    y = vfma(-y, vexp(-ax * ax), vbcast(1.0f));
     return vsel(x >= 0, y) - vsel(x < 0, y);
 }
 
@@ -195,7 +220,7 @@ static INLINE void rms_fwd(const vf *x, vf *y, vf *r, int w, float eps, int cent
         for (int j = 0; j < w; j++) mu += x[j];
         mu /= (float)w;
     }
-    for (int j = 0; j < w; j++) acc += (x[j] - mu) * (x[j] - mu);
+    for (int j = 0; j < w; j++) acc = vfma(x[j] - mu, x[j] - mu, acc);
     *r = vrsqrt(acc / (float)w + eps);
     for (int j = 0; j < w; j++) y[j] = (x[j] - mu) * *r;
 }
@@ -204,24 +229,24 @@ static INLINE void rms_fwd(const vf *x, vf *y, vf *r, int w, float eps, int cent
 static INLINE void rms_bwd(const vf *y, vf r, const vf *dy, vf *dx, int w, int center) {
     vf m = {0}, md = {0};
     for (int j = 0; j < w; j++) {
-        m += dy[j] * y[j];
+        m = vfma(dy[j], y[j], m);
         md += dy[j];
     }
     m /= (float)w;
     md = center ? md / (float)w : (vf){0};
-    for (int j = 0; j < w; j++) dx[j] += r * (dy[j] - md - y[j] * m);
+    for (int j = 0; j < w; j++) dx[j] = vfma(r, vfma(-y[j], m, dy[j] - md), dx[j]);
 }
 
 /* A block norm's affine part: h = g * y (+ b). */
 static INLINE void affine(const vf *y, vf *h, const float *g, const float *b, int w) {
-    for (int j = 0; j < w; j++) h[j] = b ? y[j] * g[j] + b[j] : y[j] * g[j];
+    for (int j = 0; j < w; j++) h[j] = b ? vfmas(y[j], g[j], vbcast(b[j])) : y[j] * g[j];
 }
 
 /* ... and its backward: gg += dh * y, gb += dh, dy = dh * g. */
 static INLINE void affine_bwd(const vf *y, const vf *dh, const float *g, vf *gg, vf *gb, vf *dy,
                        int w) {
     for (int j = 0; j < w; j++) {
-        gg[j] += dh[j] * y[j];
+        gg[j] = vfma(dh[j], y[j], gg[j]);
         if (gb) gb[j] += dh[j];
         dy[j] = dh[j] * g[j];
     }
@@ -231,7 +256,7 @@ static INLINE void affine_bwd(const vf *y, const vf *dh, const float *g, vf *gg,
 static INLINE void matvec(const float *W, const vf *in, vf *out, int no, int ni, int acc) {
     for (int o = 0; o < no; o++) {
         vf a = acc ? out[o] : (vf){0};
-        for (int i = 0; i < ni; i++) a += W[o * ni + i] * in[i];
+        for (int i = 0; i < ni; i++) a = vfmas(in[i], W[o * ni + i], a);
         out[o] = a;
     }
 }
@@ -245,8 +270,8 @@ static INLINE void matvec_bwd(const float *W, const vf *in, const vf *dout, vf *
         for (int o = 0; o < no; o++) {
             const vf g = dout[o];
             for (int i = 0; i < ni; i++) {
-                gW[o * ni + i] += g * x[i];
-                a[i] += W[o * ni + i] * g;
+                gW[o * ni + i] = vfma(g, x[i], gW[o * ni + i]);
+                a[i] = vfmas(g, W[o * ni + i], a[i]);
             }
         }
         for (int i = 0; i < ni; i++) din[i] = a[i];
@@ -254,8 +279,8 @@ static INLINE void matvec_bwd(const float *W, const vf *in, const vf *dout, vf *
     }
     for (int o = 0; o < no; o++)
         for (int i = 0; i < ni; i++) {
-            gW[o * ni + i] += dout[o] * in[i];
-            if (din) din[i] += W[o * ni + i] * dout[o];
+            gW[o * ni + i] = vfma(dout[o], in[i], gW[o * ni + i]);
+            if (din) din[i] = vfmas(dout[o], W[o * ni + i], din[i]);
         }
 }
 
@@ -267,8 +292,8 @@ static INLINE void rope_apply(vf *x, const float *cs, const float *sn, int t, in
         int a = il ? 2 * i : i, b = il ? 2 * i + 1 : i + half;
         const vf c = vbcast(cs[i * Trope + t]), s = vbcast(sign * sn[i * Trope + t]);
         vf xa = x[a], xb = x[b];
-        x[a] = xa * c - xb * s;
-        x[b] = xb * c + xa * s;
+        x[a] = vfma(xa, c, -(xb * s));
+        x[b] = vfma(xb, c, xa * s);
     }
 }
 
@@ -292,7 +317,7 @@ static INLINE void qk_bwd(const Dims *D, vf *d, const vf *hat, vf r, const float
     if (D->flags & F_ROPE) rope_apply(d, cs, sn, t, D->Trope, qk, D->flags & F_ROPE_IL, -1.0f);
     if (D->flags & F_QKNORM) {
         for (int c = 0; c < qk; c++) {
-            gw[c] += d[c] * hat[c];
+            gw[c] = vfma(d[c], hat[c], gw[c]);
             scratch[c] = d[c] * w[c];
             d[c] = (vf){0};
         }
@@ -307,8 +332,8 @@ static INLINE void key_bwd(vf ds, const vf *k, vf *dk, int u, int nk, const vf *
     const vf *ku = k + u * nk;
     vf *dku = dk + u * nk;
     for (int c = 0; c < qk; c++) {
-        dq[c] += ds * ku[c];
-        dku[c] += ds * q[c];
+        dq[c] = vfma(ds, ku[c], dq[c]);
+        dku[c] = vfma(ds, q[c], dku[c]);
     }
 }
 
@@ -323,11 +348,11 @@ static INLINE void attn_bwd_one(const vf *q, const vf *pp, const vf *doo, vf *dq
         const vf *vu = v + u * nv;
         vf *dvu = dv + u * nv, a = {0};
         for (int c = 0; c < vh; c++) {
-            a += doo[c] * vu[c];
-            dvu[c] += pp[u] * doo[c];
+            a = vfma(doo[c], vu[c], a);
+            dvu[c] = vfma(pp[u], doo[c], dvu[c]);
         }
         dp[u] = a;
-        pdp += pp[u] * a;
+        pdp = vfma(pp[u], a, pdp);
     }
     /* a fixed qk: q and dq in locals, where dk's stores cannot touch them */
     vf qa[ACC], dqa[ACC];
@@ -358,20 +383,20 @@ static INLINE void attn_bwd_pair(const vf *qa_, const vf *qb_, const vf *pa, con
         vf *dvu = dv + u * nv, a = {0}, b = {0};
         if (u <= t) {
             for (int c = 0; c < vh; c++) {
-                a += oa[c] * vu[c];
-                b += ob[c] * vu[c];
-                dvu[c] = dvu[c] + pa[u] * oa[c] + pb[u] * ob[c];
+                a = vfma(oa[c], vu[c], a);
+                b = vfma(ob[c], vu[c], b);
+                dvu[c] = vfma(pb[u], ob[c], vfma(pa[u], oa[c], dvu[c]));
             }
             dpa[u] = a;
-            pdpa += pa[u] * a;
+            pdpa = vfma(pa[u], a, pdpa);
         } else {
             for (int c = 0; c < vh; c++) {
-                b += ob[c] * vu[c];
-                dvu[c] += pb[u] * ob[c];
+                b = vfma(ob[c], vu[c], b);
+                dvu[c] = vfma(pb[u], ob[c], dvu[c]);
             }
         }
         dpb[u] = b;
-        pdpb += pb[u] * b;
+        pdpb = vfma(pb[u], b, pdpb);
     }
     vf qa[ACC], qb[ACC], ga[ACC], gb[ACC];
     for (int c = 0; c < qk; c++) qa[c] = qa_[c], qb[c] = qb_[c], ga[c] = dqa_[c], gb[c] = dqb_[c];
@@ -380,9 +405,9 @@ static INLINE void attn_bwd_pair(const vf *qa_, const vf *qb_, const vf *pa, con
         const vf *ku = k + u * nk;
         vf *dku = dk + u * nk;
         for (int c = 0; c < qk; c++) {
-            ga[c] += dsa * ku[c];
-            gb[c] += dsb * ku[c];
-            dku[c] = dku[c] + dsa * qa[c] + dsb * qb[c];
+            ga[c] = vfma(dsa, ku[c], ga[c]);
+            gb[c] = vfma(dsb, ku[c], gb[c]);
+            dku[c] = vfma(dsb, qb[c], vfma(dsa, qa[c], dku[c]));
         }
     }
     key_bwd(pb[t + 1] * (dpb[t + 1] - pdpb) * scale, k, dk, t + 1, nk, qb, gb, qk); /* b only */
@@ -509,7 +534,7 @@ static INLINE void tile(const Dims *D, const Offs *O, const Weights *W, const in
             for (int u = 0; u <= t; u++) {
                 const vf *k = kr + u * nk + hk * qk;
                 vf a = {0};
-                for (int c = 0; c < qk; c++) a += q[c] * k[c];
+                for (int c = 0; c < qk; c++) a = vfma(q[c], k[c], a);
                 pp[u] = a * scale;
                 mx = vmax(mx, pp[u]);
             }
@@ -521,12 +546,12 @@ static INLINE void tile(const Dims *D, const Offs *O, const Weights *W, const in
                 vf a[ACC];
                 for (int c = 0; c < vh; c++) a[c] = (vf){0};
                 for (int u = 0; u <= t; u++)
-                    for (int c = 0; c < vh; c++) a[c] += pp[u] * vv[u * nv + hk * vh + c];
+                    for (int c = 0; c < vh; c++) a[c] = vfma(pp[u], vv[u * nv + hk * vh + c], a[c]);
                 for (int c = 0; c < vh; c++) oo[c] = a[c];
             } else {
                 for (int c = 0; c < vh; c++) {
                     vf a = {0};
-                    for (int u = 0; u <= t; u++) a += pp[u] * vv[u * nv + hk * vh + c];
+                    for (int u = 0; u <= t; u++) a = vfma(pp[u], vv[u * nv + hk * vh + c], a);
                     oo[c] = a;
                 }
             }
@@ -580,9 +605,9 @@ static INLINE void tile(const Dims *D, const Offs *O, const Weights *W, const in
         }
         for (int v = 0; v < V; v++) { z[v] = vexp_neg(z[v] - mx); sum += z[v]; }
         const vf m = *(const vf_in *)(mask + i * L);
-        *loss += m * (mx + vlog(sum) - zt);
+        *loss = vfma(m, mx + vlog(sum) - zt, *loss);
         sum = m / sum;
-        for (int v = 0; v < V; v++) z[v] = z[v] * sum - vsel(target == v, m);
+        for (int v = 0; v < V; v++) z[v] = vfma(z[v], sum, -vsel(target == v, m));
     }
 
     if (zout) return;
@@ -612,10 +637,10 @@ static INLINE void tile(const Dims *D, const Offs *O, const Weights *W, const in
                 if (f & F_SWIGLU) {
                     vf z = gt[ix], sg = 1.0f / (1.0f + vexp(-z));
                     d_up[c] = d_act[c] * z * sg;
-                    d_gt[c] = d_act[c] * up[ix] * sg * (1.0f + z * (1.0f - sg));
+                    d_gt[c] = d_act[c] * up[ix] * sg * vfma(z, 1.0f - sg, vbcast(1.0f));
                 } else if (f & F_GELU) {
                     vf u = up[ix], cdf = 0.5f * (1.0f + verf(u * 0.70710678118654752f));
-                    d_up[c] = d_act[c] * (cdf + u * 0.39894228040143268f * vexp(-0.5f * u * u));
+                    d_up[c] = d_act[c] * vfma(u * 0.39894228040143268f, vexp(-0.5f * u * u), cdf);
                 } else {
                     d_up[c] = vsel(up[ix] > 0.0f, d_act[c]);
                 }
