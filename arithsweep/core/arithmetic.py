@@ -57,7 +57,7 @@ VERSIONS = {
     1: Version(first=None, last="970b2be", retrain="8d8bf16"),  # entry 60's commands, checked
     2: Version(first="3bb0c50", last="8701213", retrain="8701213"),
     3: Version(first="b48b8b8", last="a0e9ca1", retrain="a0e9ca1"),
-    4: Version(first=None, last=None, retrain=None),  # first: filled in by the next commit
+    4: Version(first="0533952", last=None, retrain=None),
 }
 
 
