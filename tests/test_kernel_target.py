@@ -1,10 +1,10 @@
 """Where the same seed gives the same weights (docs/training.md): the tiny kernel's numbers do
 not depend on the instruction set it is built for nor on the compiler, because contraction
 into fused multiply-adds is pinned off (the kernel's own fused multiply-adds, from arithmetic 4
-on, are written out: one rounding on every machine); so a tiny-layout run repeats bit for bit
-on any x86-64 machine with AVX2 or AVX-512 (same arithsweep and torch). Each build is cached
-under its own key. The reference layout repeats on one machine kind only: torch picks its
-kernels by CPU.
+on, are written out: one rounding on every machine), nor do the ties' (tiny_ties.c, from
+arithmetic 5 on); so a tiny-layout run repeats bit for bit on any x86-64 machine with AVX2 or
+AVX-512 (same arithsweep and torch). Each build is cached under its own key. The reference
+layout repeats on one machine kind only: torch picks its kernels by CPU.
 
     .venv/bin/python -m pytest tests/test_kernel_target.py -q
 """
@@ -21,6 +21,7 @@ import pytest
 import torch
 
 import arithsweep.core.model.tiny_layout as TL
+import arithsweep.core.model.tiny_ties as TT
 from arithsweep.core.config import ModelConfig
 from arithsweep.core.model.model import ArithTransformer
 
@@ -58,8 +59,9 @@ def _loss_and_grads(monkeypatch, tmp_path, target: str, cc: str | None = None,
     monkeypatch.delenv(TL.CFLAGS_ENV, raising=False)  # the default build, whatever the shell adds
     if cc:
         monkeypatch.setenv("CC", cc)
-    monkeypatch.setattr(TL, "_lib", None)
-    monkeypatch.setattr(TL, "_lib_error", None)
+    for lib in (TL, TT):  # the kernel and the ties (tiny_ties.c: the 44 p's) for `target`
+        monkeypatch.setattr(lib, "_lib", None)
+        monkeypatch.setattr(lib, "_lib_error", None)
     assert TL.load_error() is None, TL.load_error()
     torch.manual_seed(0)
     model = ArithTransformer(ModelConfig(**cfg), k=3)

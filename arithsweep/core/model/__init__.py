@@ -7,6 +7,8 @@
                  (tiny_kernel.c, compiled on first use)
     tiny_step    that layout's optimiser tail (Grokfast, guard, clipping, AdamW) in one C
                  call (tiny_step.c)
+    tiny_ties    that layout's ties (effective weights and their gradients) in one C call
+                 each way for the tbukic family's rules (tiny_ties.c)
     checkpoint   safetensors weights + a JSON config, saved and loaded; never pickle
 
 Imports the core basics and core.data.

@@ -7,8 +7,10 @@ whole sequence, forward and backward, with L = 16 sequences side by side in vect
 tile never leaves the cache. PyTorch still owns everything around it: the ties, low-rank
 products and derived tables are formed by the model's own functions (`core/model/weights.py`)
 into *effective* weights, the kernel returns the gradient of each, and autograd carries those
-back to the parameters. Grokfast, clipping and AdamW then run in one C call too
-(`tiny_step.py`, training's `PackStep`).
+back to the parameters; for the tbukic family's ties one C call does each direction
+instead (`tiny_ties.py`).
+Grokfast, clipping and AdamW then run in one C call too (`tiny_step.py`, training's
+`PackStep`).
 
 The kernel is C with GCC/Clang vector extensions and no Python or torch headers, compiled
 once per machine and CPU kind with the system C compiler into ~/.cache/arithsweep (or
@@ -37,7 +39,8 @@ from torch import Tensor
 
 from arithsweep.core import native
 from arithsweep.core.config import ABACUS_POSITIONS
-from arithsweep.core.model import tiny_step
+from arithsweep.core.model import tiny_step, tiny_ties
+from arithsweep.core.model.tiny_ties import Ties
 from arithsweep.core.model.weights import attn_weights, mlp_weights, token_table
 from arithsweep.core.native import TARGET_ENV, target  # noqa: F401 (TARGET_ENV: the tests)
 
@@ -77,11 +80,11 @@ def unsupported(cfg, device: str | torch.device) -> str | None:
 
 
 def load_error() -> str | None:
-    """None once the kernel and the step's optimiser tail (tiny_step.py: a tiny-layout run
-    takes both, so that its floats are always arithmetic 3's) are built and loaded, else why
-    not (no C compiler, ...)."""
+    """None once the kernel, the step's optimiser tail (tiny_step.py) and the ties
+    (tiny_ties.py) are built and loaded, else why not (no C compiler, ...): a tiny-layout
+    run takes all three, so that its floats are always one arithmetic's."""
     _load()
-    return _lib_error or tiny_step.load_error()
+    return _lib_error or tiny_step.load_error() or tiny_ties.load_error()
 
 
 def build_flags() -> list[str]:
@@ -225,13 +228,14 @@ class _TinyLoss(torch.autograd.Function):
     training loss is always differentiated), backward scales them by the incoming (K,)."""
 
     @staticmethod
-    def forward(ctx, plan: _Plan, tok: Tensor, mask: Tensor, msum: Tensor, cos: Tensor,
-                sin: Tensor, scale: float, eps: float, *w: Tensor | None) -> Tensor:
+    def forward(ctx, plan: _Plan, ties: Ties | None, tok: Tensor, mask: Tensor, msum: Tensor,
+                cos: Tensor, sin: Tensor, scale: float, eps: float, *w: Tensor | None) -> Tensor:
         # tok (K or 1, B, Tt) uint8, mask (K or 1, B, Tm) 0/1 bytes, msum (K,) float64: each
-        # member's answer positions (at least 1)
+        # member's answer positions (at least 1); w: the N_WEIGHTS effective weights, then
+        # with `ties` its owned tensors, whose gradients its backward forms by hand
         lib, K, G = _lib, plan.K, plan.G
         assert lib is not None
-        ws, ptrs = _pointers(w)
+        ws, ptrs = _pointers(w[:N_WEIGHTS])
         # every slot is written; NaN until then, so a kernel that could not run fails loudly
         parts = torch.full((max(1, plan.n_chunks), G), float("nan"))
         part_loss = torch.full((max(1, plan.n_chunks),), float("nan"), dtype=torch.float64)
@@ -251,13 +255,16 @@ class _TinyLoss(torch.autograd.Function):
             grads, loss = torch.zeros(K, G), torch.zeros(K, dtype=torch.float64)
             grads[plan.members], loss[plan.members] = acc, lacc
         grads /= msum.view(K, 1).float()
-        ctx.grads, ctx.offs, ctx.ws = grads, plan.offs, ws  # (K, G)
+        ctx.grads, ctx.offs, ctx.ws, ctx.ties = grads, plan.offs, ws, ties  # (K, G)
         return (loss / msum).float()
 
     @staticmethod
     def backward(ctx, gout: Tensor):
         g = ctx.grads * gout.view(-1, 1)  # (K, G): one product, then each weight's view
-        return (None,) * 8 + tuple(None if t is None else g[:, o:o + t[0].numel()].view_as(t)
+        if ctx.ties is not None:  # the owned tensors' gradients, in one C call
+            return (None,) * (9 + N_WEIGHTS) + tuple(
+                ctx.ties.backward(g, ctx.offs, [t is not None for t in ctx.ws]))
+        return (None,) * 9 + tuple(None if t is None else g[:, o:o + t[0].numel()].view_as(t)
                                    for o, t in zip(ctx.offs, ctx.ws))
 
 
@@ -310,11 +317,13 @@ def _apply(model, tokens: Tensor, mask: Tensor, start: int, active: Tensor | Non
     bmask = mask.contiguous().view(torch.uint8)  # (K or 1, B, T - 1)
     # (K,) answer positions a member: an integer sum (exact), not a float64 copy of the mask
     msum = mask[..., start:].sum((-2, -1)).clamp_(min=1).double().expand(K)
-    w, cos, sin, dims = _kernel_args(model, tok.shape[2] - 1, start, tok.shape[1],
+    ties = Ties.of(model)  # covered ties: their weights and gradients in C (tiny_ties.py)
+    w, cos, sin, dims = _kernel_args(model, ties, tok.shape[2] - 1, start, tok.shape[1],
                                      tok.shape[2], mask.shape[-1], shared)
     members = tuple(range(K)) if active is None else tuple(active.nonzero().flatten().tolist())
-    return _TinyLoss.apply(_plan(dims, members, threads), tok, bmask, msum, cos, sin,
-                           model.cfg.qk_head ** -0.5, model.cfg.norm_eps, *w)
+    return _TinyLoss.apply(_plan(dims, members, threads), ties, tok, bmask, msum, cos, sin,
+                           model.cfg.qk_head ** -0.5, model.cfg.norm_eps, *w,
+                           *(ties.params if ties is not None else ()))
 
 
 def _shared(x: Tensor) -> bool:
@@ -333,11 +342,13 @@ def _batch_bytes(tokens: Tensor, shared: bool) -> Tensor:
     return tokens.contiguous()
 
 
-def _kernel_args(model, Ti: int, start: int, B: int, Tt: int, Tm: int, shared: bool):
+def _kernel_args(model, ties: Ties | None, Ti: int, start: int, B: int, Tt: int, Tm: int,
+                 shared: bool):
     """(effective weights, rope cos, rope sin, dims) of a call on Ti input positions, B
-    sequences a member in rows of Tt tokens and Tm mask entries (`shared`: one set of rows)."""
+    sequences a member in rows of Tt tokens and Tm mask entries (`shared`: one set of rows);
+    with `ties`, the weights are its C call's."""
     cfg, K = model.cfg, model.k
-    w = effective_weights(model)
+    w = effective_weights(model) if ties is None else ties.forward()
     if (rows := model.position_rows(Ti)) is not None:
         w[1] = rows.expand(K, -1, -1)
     flags = ((F_POS if w[1] is not None else 0) | (F_NORM if cfg.norm != "none" else 0)
@@ -369,7 +380,8 @@ def tiny_logits(model, inputs: Tensor, from_pos: int) -> Tensor:
     n_tiles = -(-B // LANES)
     with kernel_threads() as threads:
         # rows of Ti: the kernel's target row (Ti + 1) reads token 0, unused here
-        w, cos, sin, dims = _kernel_args(model, Ti, from_pos, B, Ti, 0, shared)
+        w, cos, sin, dims = _kernel_args(model, Ties.of(model), Ti, from_pos, B, Ti, 0,
+                                         shared)
         plan = _plan(dims, tuple(range(K)), threads)
         ws, ptrs = _pointers(w)
         Tq, V = Ti - from_pos, model.cfg.vocab_size
