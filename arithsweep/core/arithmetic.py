@@ -64,7 +64,7 @@ VERSIONS = {
     2: Version(first="3bb0c50", last="8701213", retrain="8701213"),
     3: Version(first="b48b8b8", last="a0e9ca1", retrain="a0e9ca1"),
     4: Version(first="0533952", last="07dfba1", retrain="07dfba1"),
-    5: Version(first=None, last=None, retrain=None),  # first: filled in by the next commit
+    5: Version(first="92b8369", last=None, retrain=None),
 }
 
 
