@@ -1,15 +1,16 @@
 """The tiny layout's ties in C (core/model/tiny_ties.py + tiny_ties.c, arithmetic 5) against
 torch's: for every rule it covers, the effective weights equal `effective_weights`' and the
 owned tensors' gradients autograd's through them, to float32 rounding, for members holding
-different values; a member's numbers are the same bits alone and in a pack; rules it does not
-cover keep torch's path; and a whole tiny-layout loss gives the same gradients either way.
+different values; a member's numbers are the same bits alone and in a pack, and so are its
+weights after a short 36-p run; rules it does not cover keep torch's path; and a whole
+tiny-layout loss gives the same gradients either way.
 
     .venv/bin/python -m pytest tests/test_tiny_ties.py -q -n 0
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,8 @@ import yaml
 from arithsweep.core.model import tiny_layout as TL
 from arithsweep.core.model.model import ArithTransformer, ModelConfig
 from arithsweep.core.model.tiny_ties import Ties
+from arithsweep.core.overrides import build_configs
+from arithsweep.core.training.population import train, train_population
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(TL.load_error() is not None,
@@ -148,3 +151,22 @@ def test_the_cases_cover_every_rule_of_the_tbukic_space():
     for key, spec in space.items():
         if isinstance(spec, dict) and "choice" in spec:
             assert {str(c) for c in spec["choice"]} <= seen[key], key
+
+
+def test_a_36p_member_trains_to_the_same_bits_alone_and_in_a_mixed_pack():
+    """The 36-p anchor's recipe (Grokfast, decay drops, clipping) through the ties in C: a
+    member's weights alone and beside members of other seeds, rates, clips and decays."""
+    task, m, base = build_configs(None, None, str(ROOT / "recipes" / "anchors" / "tbukic-36.yaml"),
+                                  {"steps": 24, "eval_every": 8, "eval_size": 256,
+                                   "early_stop": False, "curriculum": None, "layout": "tiny"})
+    assert Ties.of(ArithTransformer(m, k=1)) is not None
+    me = replace(base, seed=0, seeds=2, grad_clip=0.05)
+    before = replace(base, lr=3e-3, grad_clip=0.3, weight_decay=0.3, seed=100, seeds=3)
+    after = replace(base, lr=2e-2, grad_clip=0.0, weight_decay=0.0, seed=7, seeds=3)
+    alone = train(task, m, me)
+    packed = train_population(task, m, [before, me, after])[1]
+    assert alone.layout == packed.layout == "tiny"
+    for i in range(me.seeds):
+        a, p = alone.model.member_state(i), packed.model.member_state(i)
+        for name in a:
+            assert torch.equal(a[name], p[name]), (i, name)
