@@ -49,6 +49,8 @@ def build_flags() -> list[str]:
 def load_error() -> str | None:
     """None once the tail is built and loaded, else why not (no C compiler, ...)."""
     global _lib, _lib_error
+    if _lib is not None:  # loaded: no lock (asked every step)
+        return None
     with _lock:
         if _lib is None and _lib_error is None:
             lib, _lib_error = None, native.target_error()

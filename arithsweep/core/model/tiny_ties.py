@@ -23,13 +23,15 @@ weights and gradients against torch's autograd.
     from arithsweep.core.model.tiny_ties import Ties
     ties = Ties.of(model)          # None: this model's rules keep torch's path
     w = ties.forward()             # effective_weights(model), detached
-    grads = ties.backward(g, offs) # g (K, G): the kernel's gradients, offs: each weight's
+    eff = ties.c_eff               # the addresses of forward's weights, for its backward
+    grads = ties.backward(g, offs, present, eff)  # g (K, G): the kernel's gradients
 """
 
 from __future__ import annotations
 
 import ctypes
 import threading
+import weakref
 from pathlib import Path
 
 import torch
@@ -51,11 +53,16 @@ W_E, W_G, W_Q, W_K, W_O, W_QN, W_KN, W_GATE, W_UP, W_DOWN = range(N_EFF)
 _lib: ctypes.CDLL | None = None
 _lib_error: str | None = None
 _lock = threading.Lock()
+# model -> its Ties: a step asks twice (loss, evaluation), and building one costs ~20 us of
+# Python; weak, so a dropped model's entry goes with it
+_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def load_error() -> str | None:
     """None once the ties' C is built and loaded (the kernel's flags), else why not."""
     global _lib, _lib_error
+    if _lib is not None:  # loaded: no lock (asked every step)
+        return None
     with _lock:
         if _lib is None and _lib_error is None:
             lib, _lib_error = None, native.target_error()
@@ -89,7 +96,8 @@ def _unsupported(model) -> bool:
 
 class Ties:
     """One model's covered rules and owned tensors (`params`, in the C file's R_* order,
-    None where the model has none), read afresh each call."""
+    None where the model has none), their addresses read afresh each call; what depends
+    only on the config (dims, shapes, the C arrays' slots) is formed once."""
 
     def __init__(self, model) -> None:
         cfg = self.cfg = model.cfg
@@ -130,17 +138,35 @@ class Ties:
         self.shapes = [(V, d), (d,), (n, d), (n, d), (d, n), (qk,), (qk,), (ff, d), (ff, d),
                        (d, ff)]
         self.eff: list[Tensor] = []
+        for t in self.params:  # the C file reads them as float32 blocks
+            assert t is None or (t.dtype == torch.float32 and t.is_contiguous())
+        # formed once: the per-call ctypes and Size work was most of forward's Python
+        self.sizes = [self.K * int(torch.Size(s).numel()) for s in self.shapes]
+        self.total = sum(self.sizes)
+        self.c_dims = ctypes.c_void_p(self.dims.data_ptr())
+        self.c_pattern = ctypes.c_void_p(self.pattern.data_ptr())
+        self.raw_sizes = [0 if t is None else t.numel() for t in self.params]
+
+    def _valid(self, model) -> bool:
+        """Whether this (cached) Ties still reads `model`'s tensors: the same config, and the
+        same parameter objects (an optimiser's assumption too; `.data` may change)."""
+        return self.cfg is model.cfg and self.params[2] is model.layers[0].attn.q.weight \
+            and self.params[0] is model.embed.arc
 
     @classmethod
     def of(cls, model) -> Ties | None:
         """This model's Ties, or None where a rule is not covered (torch's path then)."""
-        if load_error() is not None or model.layers[0].attn is None or _unsupported(model):
+        if load_error() is not None:
             return None
-        return cls(model)
+        ties = _cache.get(model)
+        if ties is not None and ties._valid(model):
+            return ties
+        if model.layers[0].attn is None or _unsupported(model):
+            return None
+        ties = _cache[model] = cls(model)
+        return ties
 
     def _raw(self) -> ctypes.Array:
-        for t in self.params:
-            assert t is None or (t.dtype == torch.float32 and t.is_contiguous())
         return (ctypes.c_void_p * N_RAW)(*[0 if t is None else t.data_ptr()
                                            for t in self.params])
 
@@ -148,14 +174,12 @@ class Ties:
     def forward(self) -> list[Tensor | None]:
         """effective_weights(model)'s list (detached), from one C call."""
         K, cfg = self.K, self.cfg
-        sizes = [int(torch.Size(s).numel()) for s in self.shapes]
-        buf = torch.empty(K * sum(sizes))
-        self.eff = [t.view(K, *s) for t, s in zip(buf.split([K * n for n in sizes]),
-                                                   self.shapes)]
+        # a fresh block each call: the kernel's autograd context keeps the last one's views
+        buf = torch.empty(self.total)
+        self.eff = [t.view(K, *s) for t, s in zip(buf.split(self.sizes), self.shapes)]
         assert _lib is not None
-        ptrs = (ctypes.c_void_p * N_EFF)(*[t.data_ptr() for t in self.eff])
-        _lib.ties_forward(ctypes.c_void_p(self.dims.data_ptr()), self.radius,
-                          ctypes.c_void_p(self.pattern.data_ptr()), self._raw(), ptrs)
+        self.c_eff = (ctypes.c_void_p * N_EFF)(*[t.data_ptr() for t in self.eff])
+        _lib.ties_forward(self.c_dims, self.radius, self.c_pattern, self._raw(), self.c_eff)
         e = self.eff
         qn, kn = (e[W_QN], e[W_KN]) if cfg.qk_norm != "none" else (None, None)
         gate = e[W_GATE] if self.mlp and cfg.activation == "swiglu" else None
@@ -164,21 +188,21 @@ class Ties:
         return [e[W_E], None, e[W_G], e[W_Q], e[W_K], e[W_Q], qn, kn, e[W_O], g2, gate, up,
                 down, gf, e[W_E], None, None, None]
 
-    def backward(self, g: Tensor, offs: list[int],
-                 present: list[bool]) -> list[Tensor | None]:
+    def backward(self, g: Tensor, offs: list[int], present: list[bool],
+                 eff: ctypes.Array | None = None) -> list[Tensor | None]:
         """The gradient of each of `params` (None where it is None) from the kernel's
-        gradients g (K, G): effective weight i's at offs[i] where present[i]."""
+        gradients g (K, G): effective weight i's at offs[i] where present[i]. eff: the
+        `c_eff` of the forward this is the backward of (a cached Ties may have run another
+        since, an evaluation's), its weights kept alive by the caller; None: the last one."""
         K = self.K
-        sizes = [0 if t is None else t.numel() for t in self.params]
-        buf = torch.empty(sum(sizes))  # each tensor's block whole: (K, ...) contiguous
+        buf = torch.empty(sum(self.raw_sizes))  # each tensor's block whole: (K, ...) contiguous
         grads = [None if t is None else b.view_as(t)
-                 for t, b in zip(self.params, buf.split(sizes))]
+                 for t, b in zip(self.params, buf.split(self.raw_sizes))]
         gptr = (ctypes.c_void_p * N_RAW)(*[0 if t is None else t.data_ptr() for t in grads])
-        off = torch.tensor([o if p else -1 for o, p in zip(offs, present)], dtype=torch.int64)
+        # a C int64 array, not a torch tensor: the same bytes without a torch call
+        off = (ctypes.c_int64 * len(offs))(*[o if p else -1 for o, p in zip(offs, present)])
         assert _lib is not None and g.is_contiguous() and g.shape[0] == K
-        ptrs = (ctypes.c_void_p * N_EFF)(*[t.data_ptr() for t in self.eff])
-        _lib.ties_backward(ctypes.c_void_p(self.dims.data_ptr()), self.radius,
-                           ctypes.c_void_p(self.pattern.data_ptr()), self._raw(), ptrs,
-                           ctypes.c_void_p(g.data_ptr()), g.shape[1],
-                           ctypes.c_void_p(off.data_ptr()), gptr)
+        _lib.ties_backward(self.c_dims, self.radius, self.c_pattern, self._raw(),
+                           self.c_eff if eff is None else eff,
+                           ctypes.c_void_p(g.data_ptr()), g.shape[1], off, gptr)
         return grads

@@ -91,19 +91,25 @@ class PackStep:
     def _body(self, tokens: Tensor, mask: Tensor, lr: Tensor, zero: bool = True) -> Tensor:
         """tokens (K, B, T), mask (K, B, T-1), lr (K,) -> losses (K,). `zero=False` inside a
         capture: gradients are then None and backward assigns them (no accumulate)."""
-        model, K = self.model, self.alive.numel()
+        model = self.model
         if zero:
             self.opt.zero_grad()
-        losses = torch.zeros(K, device=self.alive.device)
+        losses = None
         active = self.alive & self.running
+        # d sum(where(active, mb, 0)) / d mb, as its backward forms it: 1 where active, else 0
+        weight = active.float()
         for t_mb, m_mb in zip(tokens.chunk(self.n_micro, 1), mask.chunk(self.n_micro, 1)):
             mb = self.loss_fn(model, t_mb, m_mb, self.start, active)
             share = t_mb.shape[1] / self.batch_size  # of the step's mean
             if share != 1.0:  # x 1.0 changes no bit: one op and autograd node fewer
                 mb = mb * share
-            # a dead or frozen seed contributes nothing (a dead one's NaN would poison the sum)
-            torch.where(active, mb, torch.zeros_like(mb)).sum().backward()
-            losses = losses + mb.detach()
+            # a dead or frozen seed contributes nothing (a dead one's NaN would poison the sum):
+            # the gradient of where(active, mb, 0).sum() handed to backward directly, the same
+            # numbers without a where, a sum and their autograd nodes
+            mb.backward(weight.to(mb.dtype))
+            # 0 + x is x for a loss (never -0.0): the first piece's losses need no add
+            losses = mb.detach() if losses is None else losses + mb.detach()
+        assert losses is not None
         self.alive &= torch.isfinite(losses) | ~self.running  # a frozen member cannot fail
         if self.tail is not None:  # the same three stages, in C (arithmetic 3)
             self.tail(self.grokfast, self.clip, self.alive, self.running, lr)
