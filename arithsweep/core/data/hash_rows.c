@@ -9,6 +9,7 @@
  * memory instead of ~100.
  */
 #include <stdint.h>
+#include <string.h>
 
 #define MUL 0x45D9F3Bu  /* degski's hash32 multiplier, as hash_sampling._MUL */
 #define GOLD 0x9E3779B9u
@@ -147,12 +148,28 @@ static const uint8_t PAIRS[200] = {
     9,0, 9,1, 9,2, 9,3, 9,4, 9,5, 9,6, 9,7, 9,8, 9,9,
 };
 
+/* n = 0 .. 9999 as its four digits, most significant first in memory order, filled once (the
+ * same bytes every time, so a second thread filling it too writes what is there) */
+static uint32_t QUADS[10000];
+static int quads_ready;
+
+static void fill_quads(void) {
+    for (int n = 0; n < 10000; n++) {
+        const uint8_t d[4] = {(uint8_t)(n / 1000), (uint8_t)(n / 100 % 10),
+                              (uint8_t)(n / 10 % 10), (uint8_t)(n % 10)};
+        memcpy(QUADS + n, d, 4);
+    }
+    quads_ready = 1;
+}
+
 /* encode_fixed's rows (N, T) uint8, written row by row from its layout `prog`: n_parts rows
  * of (kind, value, width, lsd_first), kind 0 the token `value` in one column, kind 1 the
  * digits of x[value] (N,) int64 >= 0 in `width` columns, least significant first or most
  * (digits above width dropped, as _digit_table's). */
 void rows_encode(int64_t N, const int64_t *const *x, const int32_t *prog, int n_parts,
                  uint8_t *out, int64_t T) {
+    if (!quads_ready)
+        fill_quads();
     for (int64_t r = 0; r < N; r++) {
         uint8_t *o = out + r * T;
         for (int p = 0; p < n_parts; p++) {
@@ -164,6 +181,19 @@ void rows_encode(int64_t N, const int64_t *const *x, const int32_t *prog, int n_
             uint64_t v = (uint64_t)x[q[1]][r];
             const int width = q[2];
             int j = 0;
+            /* four digits a division (v % 10000 from a table, one 4-byte store): the dependent
+             * divisions of a 10-digit number 5 -> 3, the same digits */
+            for (; j + 3 < width; j += 4) {
+                const uint64_t w = v / 10000;
+                uint32_t d = QUADS[v - w * 10000];
+                if (q[3]) {
+                    d = __builtin_bswap32(d);
+                    memcpy(o + j, &d, 4);
+                } else {
+                    memcpy(o + width - 4 - j, &d, 4);
+                }
+                v = w;
+            }
             /* two digits a division (v % 100 from a table): half the dependent divisions,
              * the same digits */
             for (; j + 1 < width; j += 2) {
