@@ -84,7 +84,7 @@ def load_error() -> str | None:
     (tiny_ties.py) are built and loaded, else why not (no C compiler, ...): a tiny-layout
     run takes all three, so that its floats are always one arithmetic's."""
     if _lib is not None and tiny_step._lib is not None and tiny_ties._lib is not None:
-        return None  # all loaded: every call of a step asks, and the locks cost more than this
+        return None  # all loaded (asked every step: no locks)
     _load()
     return _lib_error or tiny_step.load_error() or tiny_ties.load_error()
 
@@ -134,8 +134,7 @@ def _threads(n: int) -> ThreadPoolExecutor:
 def _pointers(w: list[Tensor | None]) -> tuple[list[Tensor | None], ctypes.Array]:
     """The weights as the kernel reads them (detached, contiguous; kept alive by the caller)
     and the C array of their addresses (NULL where absent)."""
-    # the ties' weights (no_grad, fresh, contiguous) need neither detach nor contiguous
-    ws = [t if t is None or (not t.requires_grad and t.is_contiguous())
+    ws = [t if t is None or (not t.requires_grad and t.is_contiguous())  # the ties' are so
           else t.detach().contiguous() for t in w]
     return ws, (ctypes.c_void_p * N_WEIGHTS)(*[0 if t is None else t.data_ptr() for t in ws])
 
@@ -260,8 +259,7 @@ class _TinyLoss(torch.autograd.Function):
             grads[plan.members], loss[plan.members] = acc, lacc
         grads /= msum.view(K, 1).float()
         ctx.grads, ctx.offs, ctx.ws, ctx.ties = grads, plan.offs, ws, ties  # (K, G)
-        # this forward's weights' addresses (ws keeps them alive): the Ties is cached per
-        # model, and an evaluation's forward may run before this backward
+        # this forward's weights (ws keeps them): a cached Ties may run another forward first
         ctx.eff = ties.c_eff if ties is not None else None
         return (loss / msum).float()
 
@@ -322,8 +320,7 @@ def _apply(model, tokens: Tensor, mask: Tensor, start: int, active: Tensor | Non
         mask = mask != 0
     mask = mask.reshape(-1, *mask.shape[-2:])[:1] if shared else mask
     bmask = mask.contiguous().view(torch.uint8)  # (K or 1, B, T - 1)
-    # (K,) answer positions a member: an integer sum (exact), not a float64 copy of the mask;
-    # bytes summed into int32 (a member's count is far below 2**31) take half int64's time
+    # (K,) answer positions a member: an exact integer sum of the bytes, int32 (half int64's time)
     msum = bmask[..., start:].sum((-2, -1), dtype=torch.int32).clamp_(min=1).double().expand(K)
     ties = Ties.of(model)  # covered ties: their weights and gradients in C (tiny_ties.py)
     w, cos, sin, dims = _kernel_args(model, ties, tok.shape[2] - 1, start, tok.shape[1],
