@@ -36,8 +36,8 @@ from typing import Any
 # 4: the tiny kernel's multiply-accumulates (products, sums of products, norms, attention,
 #    RoPE, the exp and erf polynomials) are explicit fused multiply-adds (vfma in
 #    model/tiny_kernel.c: one rounding, so AVX2 and AVX-512 builds give the same bits, as
-#    tests/test_kernel_target.py checks with GCC and with Clang where one is installed (none
-#    was where it was made); contraction stays off for the rest): 1.12x the kernel's speed.
+#    tests/test_kernel_target.py checks with GCC and Clang (12 and 14 here, with versions 4
+#    and 5's ties and tail); contraction stays off for the rest): 1.12x the kernel's speed.
 #    Tiny-layout runs train to other floats than in 3; reference-layout and CUDA runs keep 3's.
 # 5: the tiny layout's ties (the effective weights from the owned numbers, and their gradients
 #    back) are one C call each way (model/tiny_ties.c) for the tbukic family's rules instead
