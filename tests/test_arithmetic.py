@@ -223,14 +223,18 @@ def test_a_trial_state_of_another_arithmetic_trains_again_from_step_0(monkeypatc
     trainable.TrialRunner([_trial_setup(**over)], {"extra_rounds": 0}, {}).run()
     mid = next(ck for ck, row in fake.checkpoints if row["step"] == 200)
 
-    def first_step(name: str) -> int:
+    def first_row(name: str) -> dict:
         again = _fake_tune(monkeypatch, tmp_path / name)
         (tmp_path / name).mkdir()
         monkeypatch.setattr(again, "get_checkpoint", lambda: _Restored(mid))
         trainable.TrialRunner([_trial_setup(**over)], {"extra_rounds": 0}, {}).run()
-        return [r["step"] for r in again.rows if "em" in r][0]
+        return [r for r in again.rows if "em" in r][0]
 
-    assert first_step("same") == 300
+    assert first_row("same")["step"] == 300
     for doc in (mid / "state").glob("state-*.json"):
         doc.write_text(json.dumps({**json.loads(doc.read_text()), "arithmetic": ARITHMETIC - 1}))
-    assert first_step("other") == 100
+    (mid / "best" / "config.json").write_text(json.dumps(  # a best the restart must not keep
+        {**json.loads((mid / "best" / "config.json").read_text()),
+         "metrics": {"eval_exact_match": 0.97}}))
+    row = first_row("other")
+    assert row["step"] == 100 and row["best_em"] == row["em"] < 0.97

@@ -72,13 +72,6 @@ def _state_in(folder: Path) -> RunState | None:
     return state
 
 
-def _this_arithmetic(state: RunState | None) -> RunState | None:
-    """The state, unless another arithmetic wrote it (a search resumed with
-    --restart-unfinished): its floats are never continued with this version's, so the trial
-    trains again from step 0, its rounds and path from their start."""
-    return state if state is not None and version_of(state.doc) == ARITHMETIC else None
-
-
 def _state_root(state: RunState) -> Path:
     """The state folder (STATE) a restored state was found in, however deep (a path's)."""
     return next((p for p in state.path.parents if p.name == STATE), state.path.parent)
@@ -92,6 +85,8 @@ class TrialState:
         self.cpus = int(cpus)  # every row says how many CPUs (threads) the trial runs on
         self.grown = grown  # lent spare cores (trials.cores): save states often, to give back
         self.dir = Path(tempfile.mkdtemp(prefix="arithsweep-trial-"))
+        # a state of another version was dropped (_restore): nothing of its run is kept
+        self.dropped = False
         self.restored = self._restore(config)  # (after self.dir: it may copy into it)
         self.improved = False  # the best went up since the last checkpoint: write one now
         self.row_fn: Callable[[], dict[str, Any] | None] = lambda: None
@@ -108,15 +103,28 @@ class TrialState:
         try:
             if ckpt is not None:
                 if os.path.isdir(os.path.dirname(ckpt.path)):  # local storage
-                    return self._take_rounds_best(_this_arithmetic(
+                    return self._take_rounds_best(self._this_arithmetic(
                         restored_state(Path(ckpt.path))))
                 with ckpt.as_directory() as d:
-                    return self._take_rounds_best(_this_arithmetic(_state_in(Path(d) / STATE)))
+                    return self._take_rounds_best(self._this_arithmetic(
+                        _state_in(Path(d) / STATE)))
             src = config.get(RESUME_FROM)
-            return (self._take_rounds_best(_this_arithmetic(restored_state(Path(src))))
+            return (self._take_rounds_best(self._this_arithmetic(restored_state(Path(src))))
                     if src else None)
-        except (ArithsweepError, OSError):  # another version's state: train from step 0
+        except ArithsweepError:  # another version's state: train from step 0
+            self.dropped = True
             return None
+        except OSError:
+            return None
+
+    def _this_arithmetic(self, state: RunState | None) -> RunState | None:
+        """The state, unless another arithmetic wrote it (a search resumed with
+        --restart-unfinished): its floats are never continued with this version's, so the
+        trial trains again from step 0, its rounds, path and best from their start."""
+        if state is not None and version_of(state.doc) != ARITHMETIC:
+            self.dropped = True
+            return None
+        return state
 
     def _take_rounds_best(self, state: RunState | None) -> RunState | None:
         """Copy the restored state's rounds-best model (if any) into this trial's own folder:
@@ -138,9 +146,10 @@ class TrialState:
     def legacy_best(self, sub: str = "") -> float:
         """A restored checkpoint without a training state (a search made before states existed)
         retrains from step 0 but keeps its earlier best: the exact match in its
-        `sub`/best/config.json (-1 if there is none)."""
+        `sub`/best/config.json (-1 if there is none, or if its state was of another version:
+        that trial starts again whole)."""
         ckpt = tune.get_checkpoint()
-        if ckpt is None:
+        if ckpt is None or self.dropped:  # its best is another version's run's
             return -1.0
         with ckpt.as_directory() as d:
             return _saved_em(Path(d) / sub / "best")
