@@ -1,12 +1,14 @@
 """The project's small C helpers: built on first use by the system C compiler, cached, loaded.
 
-Two sources use it: the tiny training kernel (`core/model/tiny_kernel.c`) and the hash
-sampler's rows (`core/data/hash_rows.c`). Each is plain C with no Python or torch headers,
+Four sources use it: the tiny layout's training kernel, optimiser tail and ties
+(`core/model/tiny_kernel.c`, `tiny_step.c`, `tiny_ties.c`) and the hash sampler's rows
+(`core/data/hash_rows.c`). Each is plain C with no Python or torch headers,
 compiled once per machine and CPU kind into ~/.cache/arithsweep/kernels (or $ARITHSWEEP_CACHE)
 and loaded with ctypes; without a compiler its caller says why and uses its torch path.
 
-    from arithsweep.core.native import compile_library
-    lib, why = compile_library(path_to_c_source, ["-O3", "-shared", "-fPIC"], "the helper")
+    from arithsweep.core.native import load_library
+    lib, why = load_library(path_to_c_source, ["-O3", "-shared", "-fPIC"], "the helper",
+                            declare=lambda lib: None)   # declare: its functions' argtypes
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 # The instruction set the C helpers are built for (gcc/clang -march): `native` by default, or
@@ -101,3 +104,18 @@ def compile_library(source: Path, flags: list[str], what: str,
         return ctypes.CDLL(str(so)), None
     except (OSError, subprocess.SubprocessError) as e:
         return None, f"{what} could not be built or loaded: {e}"
+
+
+def load_library(source: Path, flags: list[str], what: str,
+                 declare: Callable[[ctypes.CDLL], None]) -> tuple[ctypes.CDLL | None, str | None]:
+    """`compile_library` for this process's target ($ARITHSWEEP_KERNEL_TARGET checked first,
+    as it goes into a -march), then `declare` the loaded library's functions (their ctypes
+    argument types): (the library, None) or (None, why not). Its callers keep the result
+    and load once, under their own lock."""
+    why = target_error()
+    if why is not None:
+        return None, why
+    lib, why = compile_library(source, flags, what)
+    if lib is not None:
+        declare(lib)
+    return lib, why

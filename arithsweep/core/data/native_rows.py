@@ -39,14 +39,10 @@ def available() -> str | None:
         return f"{OFF_ENV}=0"
     with _lock:
         if _lib is None and _why is None:
-            _why = native.target_error()
-            if _why is None:
-                # integer code: the bits are the same for every target, -march only speeds it
-                _lib, _why = native.compile_library(
-                    _SOURCE, ["-O3", "-shared", "-fPIC", f"-march={native.target()}"],
-                    "the hash sampler's C rows")
-                if _lib is not None:
-                    _declare()
+            # integer code: the bits are the same for every target, -march only speeds it
+            _lib, _why = native.load_library(
+                _SOURCE, ["-O3", "-shared", "-fPIC", f"-march={native.target()}"],
+                "the hash sampler's C rows", _declare)
     return _why
 
 
@@ -113,11 +109,11 @@ def encode(parts: list, n_rows: int, seq_len: int) -> Tensor:
     return out
 
 
-def _declare() -> None:
+def _declare(lib: ctypes.CDLL) -> None:
     p, i64, i = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-    _lib.rows_draw.argtypes = [i64, p, p, p, i, p, p]
-    _lib.rows_held.argtypes = [i64, p, p, p, i, p, i, p]
-    _lib.rows_encode.argtypes = [i64, p, p, i, p, i64]
-    _lib.rows_pick.argtypes = [i64, p, p, i64, i, p, p, i, i64, i, p, i, p, p, p]
-    for f in (_lib.rows_draw, _lib.rows_held, _lib.rows_encode, _lib.rows_pick):
+    lib.rows_draw.argtypes = [i64, p, p, p, i, p, p]
+    lib.rows_held.argtypes = [i64, p, p, p, i, p, i, p]
+    lib.rows_encode.argtypes = [i64, p, p, i, p, i64]
+    lib.rows_pick.argtypes = [i64, p, p, i64, i, p, p, i, i64, i, p, i, p, p, p]
+    for f in (lib.rows_draw, lib.rows_held, lib.rows_encode, lib.rows_pick):
         f.restype = None

@@ -106,22 +106,20 @@ def library_path(cc: str, flags: list[str]) -> Path:
 def _load() -> None:
     global _lib, _lib_error
     with _lock:
-        if _lib is not None or _lib_error is not None:
-            return
-        lib, _lib_error = None, native.target_error()
-        if _lib_error is None:
-            lib, _lib_error = native.compile_library(_SOURCE, build_flags(), "the tiny kernel")
-        if lib is None:
-            return
-        p = ctypes.c_void_p
-        lib.tiny_offsets.argtypes = [p, p]
-        lib.tiny_fwd_bwd.argtypes = [p, ctypes.c_float, ctypes.c_float, p, ctypes.c_int,
-                                     p, p, p, p, p, p, p]
-        lib.tiny_fwd_bwd.restype = None
-        lib.tiny_logits.argtypes = [p, ctypes.c_float, ctypes.c_float, p, ctypes.c_int, p, p,
-                                    p, p, p]
-        lib.tiny_logits.restype = None
-        _lib = lib
+        if _lib is None and _lib_error is None:
+            _lib, _lib_error = native.load_library(_SOURCE, build_flags(), "the tiny kernel",
+                                                   _declare)
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    p = ctypes.c_void_p
+    lib.tiny_offsets.argtypes = [p, p]
+    lib.tiny_fwd_bwd.argtypes = [p, ctypes.c_float, ctypes.c_float, p, ctypes.c_int,
+                                 p, p, p, p, p, p, p]
+    lib.tiny_fwd_bwd.restype = None
+    lib.tiny_logits.argtypes = [p, ctypes.c_float, ctypes.c_float, p, ctypes.c_int, p, p,
+                                p, p, p]
+    lib.tiny_logits.restype = None
 
 
 def _threads(n: int) -> ThreadPoolExecutor:

@@ -53,16 +53,15 @@ def load_error() -> str | None:
         return None
     with _lock:
         if _lib is None and _lib_error is None:
-            lib, _lib_error = None, native.target_error()
-            if _lib_error is None:
-                lib, _lib_error = native.compile_library(_SOURCE, build_flags(),
-                                                         "the tiny step's optimiser tail")
-            if lib is not None:
-                p, i = ctypes.c_void_p, ctypes.c_int
-                lib.tiny_step.argtypes = [i, i, p, p, p, p, p, p, p, i, p, p, p, p, p, p, p]
-                lib.tiny_step.restype = None
-                _lib = lib
+            _lib, _lib_error = native.load_library(_SOURCE, build_flags(),
+                                                   "the tiny step's optimiser tail", _declare)
     return _lib_error
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    p, i = ctypes.c_void_p, ctypes.c_int
+    lib.tiny_step.argtypes = [i, i, p, p, p, p, p, p, p, i, p, p, p, p, p, p, p]
+    lib.tiny_step.restype = None
 
 
 def _addresses(ts: list[Tensor]) -> ctypes.Array:

@@ -65,18 +65,16 @@ def load_error() -> str | None:
         return None
     with _lock:
         if _lib is None and _lib_error is None:
-            lib, _lib_error = None, native.target_error()
-            if _lib_error is None:
-                lib, _lib_error = native.compile_library(_SOURCE, tiny_step.build_flags(),
-                                                         "the tiny layout's ties")
-            if lib is not None:
-                p = ctypes.c_void_p
-                lib.ties_forward.argtypes = [p, ctypes.c_float, p, p, p]
-                lib.ties_backward.argtypes = [p, ctypes.c_float, p, p, p, p, ctypes.c_int64,
-                                              p, p]
-                lib.ties_forward.restype = lib.ties_backward.restype = None
-                _lib = lib
+            _lib, _lib_error = native.load_library(_SOURCE, tiny_step.build_flags(),
+                                                   "the tiny layout's ties", _declare)
     return _lib_error
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    p = ctypes.c_void_p
+    lib.ties_forward.argtypes = [p, ctypes.c_float, p, p, p]
+    lib.ties_backward.argtypes = [p, ctypes.c_float, p, p, p, p, ctypes.c_int64, p, p]
+    lib.ties_forward.restype = lib.ties_backward.restype = None
 
 
 def _unsupported(model) -> bool:
