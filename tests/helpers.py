@@ -76,3 +76,14 @@ def no_heavy_imports(argv: list[str], env: dict) -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                        cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr
+
+
+def cpu_has(*flags: str) -> bool:
+    """This CPU lists every one of `flags` in /proc/cpuinfo (False where it cannot be read):
+    which of the kernel's builds (x86-64-v3, v4) a same-bits test can run here."""
+    try:
+        line = next(ln for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                    if ln.startswith("flags"))
+    except (OSError, StopIteration):
+        return False
+    return all(f in line.split() for f in flags)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import cpu_has
 
 import arithsweep.core.model.tiny_layout as TL
 import arithsweep.core.model.tiny_ties as TT
@@ -29,16 +30,7 @@ pytestmark = pytest.mark.skipif(TL.load_error() is not None,
                                 reason=f"tiny kernel unavailable: {TL.load_error()}")
 
 
-def _cpu_has(*flags: str) -> bool:
-    try:
-        line = next(ln for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                    if ln.startswith("flags"))
-    except (OSError, StopIteration):
-        return False
-    return all(f in line.split() for f in flags)
-
-
-AVX2 = _cpu_has("avx2", "fma", "bmi2")  # what an x86-64-v3 build needs
+AVX2 = cpu_has("avx2", "fma", "bmi2")  # what an x86-64-v3 build needs
 # the 44-p shape's options: arc digits, K from Q, V = Q, O = Q^T, QK-norm, RoPE, SwiGLU
 CFG = dict(vocab_size=14, n_ctx=35, n_layers=1, d_model=3, n_heads=1, d_head=4, d_vhead=4,
            d_ff=2, activation="swiglu", norm="rms", share_norms=True, tie_embeddings=True,
@@ -107,7 +99,7 @@ def test_an_avx2_build_gives_the_native_builds_bits(monkeypatch, tmp_path, cfg):
     Clang is installed."""
     native = _loss_and_grads(monkeypatch, tmp_path, "native", cfg=cfg)
     assert _loss_and_grads(monkeypatch, tmp_path, "x86-64-v3", cfg=cfg) == native
-    if _cpu_has("avx512f", "avx512bw", "avx512dq", "avx512vl"):
+    if cpu_has("avx512f", "avx512bw", "avx512dq", "avx512vl"):
         assert _loss_and_grads(monkeypatch, tmp_path, "x86-64-v4", cfg=cfg) == native
     for clang in ("clang", "clang-14", "clang-15", "clang-16", "clang-17", "clang-18"):
         if path := shutil.which(clang):

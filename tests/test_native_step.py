@@ -13,10 +13,10 @@ from __future__ import annotations
 import math
 import shutil
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
+from helpers import cpu_has
 
 import arithsweep.core.model.tiny_layout as TL
 import arithsweep.core.model.tiny_step as TS
@@ -155,15 +155,6 @@ def test_a_member_gets_the_same_bits_alone_as_in_the_pack():
         assert torch.equal(a[0], b[0])
 
 
-def _cpu_has(*flags: str) -> bool:
-    try:
-        line = next(ln for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                    if ln.startswith("flags"))
-    except (OSError, StopIteration):
-        return False
-    return all(f in line.split() for f in flags)
-
-
 def _tail_bytes(monkeypatch, tmp_path, target: str, cc: str | None = None) -> bytes:
     """Every number of a 4-step Grokfast run of the tail built for `target`, as bytes."""
     monkeypatch.setenv("ARITHSWEEP_CACHE", str(tmp_path))
@@ -180,13 +171,13 @@ def _tail_bytes(monkeypatch, tmp_path, target: str, cc: str | None = None) -> by
                     for x in got[key])
 
 
-@pytest.mark.skipif(not _cpu_has("avx2", "fma", "bmi2"), reason="an x86-64-v3 build needs AVX2")
+@pytest.mark.skipif(not cpu_has("avx2", "fma", "bmi2"), reason="an x86-64-v3 build needs AVX2")
 def test_an_avx2_build_gives_the_native_builds_bits(monkeypatch, tmp_path):
     """Native (AVX-512 where the CPU has it), x86-64-v3 (AVX2), x86-64-v4 (AVX-512, where the
     CPU has it) and Clang's v3 build, where a Clang is installed: the same bits."""
     native = _tail_bytes(monkeypatch, tmp_path, "native")
     assert _tail_bytes(monkeypatch, tmp_path, "x86-64-v3") == native
-    if _cpu_has("avx512f", "avx512bw", "avx512vl", "avx512dq"):
+    if cpu_has("avx512f", "avx512bw", "avx512vl", "avx512dq"):
         assert _tail_bytes(monkeypatch, tmp_path, "x86-64-v4") == native
     for clang in ("clang", "clang-14", "clang-15", "clang-16", "clang-17", "clang-18"):
         if path := shutil.which(clang):
