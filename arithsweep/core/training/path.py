@@ -192,10 +192,12 @@ def train_paths(task: Task, model_cfg: ModelConfig, cfgs: list[TrainConfig], out
     return [merge(c, ph) for c, ph in zip(cfgs, phases)]
 
 
-def path_steps(cfg: TrainConfig) -> int:
-    """Every phase's steps (polish included), in all."""
+def path_steps(cfg: TrainConfig, before: int | None = None) -> int:
+    """Every phase's steps (polish included), in all; or those of the phases `before` phase
+    i (where phase i starts on the path's steps)."""
+    n = len(cfg.path) if before is None else before
     return sum(c.main_steps + c.polish_steps
-               for i in range(len(cfg.path)) for c in phase_configs(cfg, i, Path("."))[:1])
+               for i in range(n) for c in phase_configs(cfg, i, Path("."))[:1])
 
 
 def merge(cfg: TrainConfig, phases: list[list[T.TrainResult]]) -> T.TrainResult:

@@ -131,7 +131,12 @@ class TrialRunner:
         continues mid-phase). The plateau rule runs in the last phase only; inside earlier
         ones a plateau could only end a phase that its steps end anyway, and a proposal whose
         best member stays below the path's floor (rounds.below_floor) is given up."""
-        from arithsweep.core.training.path import PATH_STATES, phase_configs, train_paths
+        from arithsweep.core.training.path import (
+            PATH_STATES,
+            path_steps,
+            phase_configs,
+            train_paths,
+        )
         from arithsweep.core.training.resume import latest_state
         from arithsweep.search.trials.plateau import Plateau, patience_for
 
@@ -153,8 +158,7 @@ class TrialRunner:
             p = self.proposals[j]
             if (j, i) not in phase_cfgs:  # built once a phase, not at every evaluation
                 phase_cfgs[j, i] = phase_configs(p.cfg, i, None)[0]
-                starts[j, i] = sum(c.main_steps + c.polish_steps  # on the path's steps
-                                   for c in (phase_configs(p.cfg, k, None)[0] for k in range(i)))
+                starts[j, i] = path_steps(p.cfg, i)  # on the path's steps
             phase_cfg = phase_cfgs[j, i]
             if p.phase != i:  # a new phase: its own patience, counted afresh
                 p.phase = i
