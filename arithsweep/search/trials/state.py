@@ -29,7 +29,6 @@ from typing import Any
 
 from ray import tune
 
-from arithsweep.core.arithmetic import ARITHMETIC, version_of
 from arithsweep.core.errors import ArithsweepError
 from arithsweep.core.training.path import PATH_STATES, PHASES_DIR, path_state
 from arithsweep.core.training.resume import (
@@ -103,28 +102,20 @@ class TrialState:
         try:
             if ckpt is not None:
                 if os.path.isdir(os.path.dirname(ckpt.path)):  # local storage
-                    return self._take_rounds_best(self._this_arithmetic(
-                        restored_state(Path(ckpt.path))))
+                    return self._take_rounds_best(restored_state(Path(ckpt.path)))
                 with ckpt.as_directory() as d:
-                    return self._take_rounds_best(self._this_arithmetic(
-                        _state_in(Path(d) / STATE)))
+                    return self._take_rounds_best(_state_in(Path(d) / STATE))
             src = config.get(RESUME_FROM)
-            return (self._take_rounds_best(self._this_arithmetic(restored_state(Path(src))))
-                    if src else None)
-        except ArithsweepError:  # another version's state: train from step 0
+            return self._take_rounds_best(restored_state(Path(src))) if src else None
+        except ArithsweepError:
+            # another version's state (another arithmetic: a search resumed with
+            # --restart-unfinished), refused by latest_state: its floats are never continued
+            # with this version's, so the trial trains again from step 0, its rounds, path and
+            # best from their start
             self.dropped = True
             return None
         except OSError:
             return None
-
-    def _this_arithmetic(self, state: RunState | None) -> RunState | None:
-        """The state, unless another arithmetic wrote it (a search resumed with
-        --restart-unfinished): its floats are never continued with this version's, so the
-        trial trains again from step 0, its rounds, path and best from their start."""
-        if state is not None and version_of(state.doc) != ARITHMETIC:
-            self.dropped = True
-            return None
-        return state
 
     def _take_rounds_best(self, state: RunState | None) -> RunState | None:
         """Copy the restored state's rounds-best model (if any) into this trial's own folder:
