@@ -67,11 +67,13 @@ def capture(shape: str, seeds: int, steps: int) -> dict:
     kept: dict = {}
     forward = TL._TinyLoss.forward
 
-    def keep(ctx, plan, tok, mask, msum, cos, sin, scale, eps, *w):
+    def keep(ctx, plan, ties, tok, mask, msum, cos, sin, scale, eps, *w):
+        # the kernel reads the N_WEIGHTS effective weights; what follows them (arithmetic 5
+        # on) is the ties' own tensors, for their backward only
         kept.update(plan=plan, tok=tok.clone(), mask=mask.clone(), cos=cos, sin=sin,
                     scale=scale, eps=eps, w=[None if t is None else t.detach().clone()
-                                             .contiguous() for t in w])
-        return forward(ctx, plan, tok, mask, msum, cos, sin, scale, eps, *w)
+                                             .contiguous() for t in w[:TL.N_WEIGHTS]])
+        return forward(ctx, plan, ties, tok, mask, msum, cos, sin, scale, eps, *w)
 
     TL._TinyLoss.forward = staticmethod(keep)
     P.train(task, model_cfg, replace(cfg, seeds=seeds, steps=steps, eval_every=10**9))
