@@ -172,3 +172,20 @@ def test_a_problem_that_starts_with_a_minus_says_how_to_pass_it():
     out = run_cli("ask", ENTRY, "-1+2")
     one_error_line(out, "'-1+2' reads as an option", "-- -1+2")
     one_error_line(run_cli("ask", ENTRY, "--", "-1+2"), "out of range")
+
+
+@pytest.mark.parametrize("text,seconds", [("90", 90), ("90s", 90), ("30m", 1800), ("2h", 7200),
+                                          ("2h15m", 8100), ("1d 2h", 93600), ("1.5h", 5400),
+                                          ("0", 0), (None, 0)])
+def test_durations_read_as_people_write_them(text, seconds):
+    from arithsweep.cli.search_cmds import parse_duration
+
+    assert parse_duration(text, "--time-budget") == seconds
+
+
+@pytest.mark.parametrize("text,says", [("15m2h", "largest first"), ("2h2h", "each unit once"),
+                                       ("2x", "expected a duration"), ("h", "expected")])
+def test_a_duration_it_cannot_read_is_one_line(tmp_path, text, says):
+    out = run_cli("search", "--task", "add2", "--time-budget", text, "--root", str(tmp_path))
+    one_error_line(out, says)
+    assert not any(tmp_path.iterdir())  # refused before anything was made

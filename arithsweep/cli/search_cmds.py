@@ -31,18 +31,27 @@ from arithsweep.core.errors import ArithsweepError
 from arithsweep.core.evaluation.stats import percent
 from arithsweep.search.options import DEFAULT_TRIALS, GPU_PROPOSALS, SearchOptions
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
-_UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_PART = r"(\d+(?:\.\d+)?)\s*([smhd])"
+# a plain number of seconds, or parts with units, largest first as people write them: 2h15m
+_DURATION = re.compile(rf"^\s*(?:\d+(?:\.\d+)?|(?:{_PART}\s*)+)\s*$")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def parse_duration(text: str | None, flag: str) -> float:
-    """'90' / '90s' / '30m' / '2h' -> seconds; None or '0' -> 0 (no budget)."""
+    """'90' / '90s' / '30m' / '2h' / '2h15m' -> seconds; None or '0' -> 0 (no budget)."""
     if not text:
         return 0.0
-    m = _DURATION.match(text)
-    if not m:
-        raise ArithsweepError(f"{flag} {text!r}: expected a duration such as 90s, 30m or 2h")
-    return float(m.group(1)) * _UNIT[m.group(2)]
+    if not _DURATION.match(text):
+        raise ArithsweepError(f"{flag} {text!r}: expected a duration such as 90s, 30m, 2h "
+                              f"or 2h15m")
+    parts = re.findall(_PART, text)
+    if not parts:
+        return float(text)
+    units = [u for _, u in parts]
+    if len(set(units)) < len(units) or units != sorted(units, key=_UNIT.__getitem__,
+                                                       reverse=True):
+        raise ArithsweepError(f"{flag} {text!r}: each unit once, largest first (e.g. 2h15m)")
+    return sum(float(x) * _UNIT[u] for x, u in parts)
 
 
 def _live_view():
@@ -68,7 +77,7 @@ def search(
     spare_cores: bool = typer.Option(SearchOptions.spare_cores, "--spare-cores/--no-spare-cores", help="a trial running alone takes the idle cores, and gives them back when another waits"),
     gpus_per_trial: float = typer.Option(None, "--gpus-per-trial", help="GPUs per trial, e.g. 0.25 (default 1 if the cluster has GPUs)"),
     proposals_per_trial: int = typer.Option(None, "--proposals-per-trial", help=f"Optuna proposals of one shape trained together per trial (default 1 on CPU; {GPU_PROPOSALS} when each trial gets a whole GPU)"),
-    time_budget: str = typer.Option(None, "--time-budget", help="wall time for the whole search, e.g. 30m (default and 0: no limit)"),
+    time_budget: str = typer.Option(None, "--time-budget", help="wall time for the whole search, e.g. 30m or 2h15m (default and 0: no limit)"),
     trial_time: str = typer.Option(None, "--trial-time", help="wall time per trial, e.g. 90s (default and 0: the space's)"),
     trial_steps: int = typer.Option(SearchOptions.trial_steps, "--trial-steps", help="training steps per trial (default: the space's)", show_default=False),
     address: str = typer.Option(None, "--address", help="join a Ray cluster (HOST:PORT or auto); default: a local instance"),
