@@ -8,12 +8,14 @@ best seed, and why it stopped. The per-seed figures are the `em_seed<i>` columns
 to each trial's progress.csv (one row per evaluation).
 
     python studies/search-36/trials_table.py          # a markdown table
+    python studies/search-36/trials_table.py studies/search-36b/searches/add10-path36b
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import sys
 from pathlib import Path
 
 TUNE = Path(__file__).parent / "searches" / "add10-path36" / "tune"
@@ -56,10 +58,11 @@ def trial_row(folder: Path) -> tuple[int, str] | None:
 
 
 def main() -> None:
+    tune = Path(sys.argv[1]) / "tune" if len(sys.argv) > 1 else TUNE  # another search folder
     print("| # | params | shape against the 36's | steps | at 200K: seeds > 10/50/90/99% | "
           "at its last evaluation | stopped |")
     print("|---:|---:|---|---:|---|---|---|")
-    rows = [r for r in (trial_row(d) for d in sorted(TUNE.glob("trial_*"))) if r]
+    rows = [r for r in (trial_row(d) for d in sorted(tune.glob("trial_*"))) if r]
     for _, line in sorted(rows):
         print(line)
 
