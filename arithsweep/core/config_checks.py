@@ -195,6 +195,20 @@ def check_wd_drops(value: Any) -> list[list[float]]:
         value, float, bad, "wd_drops", lambda at, f: 0 < at <= 1 and 0 <= f <= 1)]
 
 
+def check_cull(value: Any, steps: int, eval_every: int, seeds: int) -> list[list[int]]:
+    """Validate successive halving [[step, keep], ...]: evaluation steps within the schedule,
+    rising, each keeping 1..seeds members, never more than the cull before."""
+    bad = ConfigError(f"train config: cull={value!r}: must be a list of [step, keep] pairs of "
+                      f"whole numbers, steps rising evaluation steps (multiples of eval_every "
+                      f"{eval_every}) up to steps ({steps}), keep in 1..seeds ({seeds}) and "
+                      f"not rising, e.g. [[50000, 32], [200000, 8]]")
+    pairs = _rising_pairs(value, int, bad, "cull", lambda at, keep: 0 < at <= steps
+                          and at % eval_every == 0 and 1 <= keep <= seeds)
+    if any(b[1] > a[1] for a, b in zip(pairs, pairs[1:])):
+        raise bad
+    return pairs
+
+
 _PHASE_KEYS = {"steps": int, "lr": float, "schedule": str, "min_lr_ratio": float,
                "grokfast": bool}
 

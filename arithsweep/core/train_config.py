@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 
 from arithsweep.core.config_base import DictConfig
-from arithsweep.core.config_checks import check_phases, check_stages, check_wd_drops
+from arithsweep.core.config_checks import check_cull, check_phases, check_stages, check_wd_drops
 from arithsweep.core.errors import ConfigError
 from arithsweep.core.path_checks import check_path
 
@@ -132,6 +132,15 @@ class TrainConfig(DictConfig):
     # `perturb_lr` (with select: the copies' lr factors, PBT's explore). Every member enters a
     # phase from its own last state (or its parent's best, after select). None = one phase.
     path: list | None = None
+    # Successive halving inside the pack: [[step, keep], ...] at evaluation steps of this
+    # schedule (a path phase: of the phase). There, only the `keep` members of each proposal
+    # with the best held-out exact match so far (the evaluation training selects on, never a
+    # verification problem) go on training; the others stop where they are, their best
+    # weights kept, and stay stopped for the rest of the path. A member trains the same bits
+    # alone as in any pack, so a survivor ends exactly where the whole pack would have taken
+    # it, for the steps of fewer members (the 36's record path: docs/results.md#ticket).
+    # None = every member trains every step.
+    cull: list | None = None
     # with init_from a run's state folder: also take AdamW's moments and the Grokfast average
     # from it (a path phase with `moments: keep`), not only the weights
     init_moments: bool = False
@@ -280,6 +289,8 @@ class TrainConfig(DictConfig):
              or self.device.startswith("cuda")), "device", "must be auto, cpu, cuda or cuda:N")
         if self.phases is not None:
             self.phases = check_phases(self.phases)
+        if self.cull is not None:
+            self.cull = check_cull(self.cull, self.main_steps, self.eval_every, self.seeds)
         if self.path is not None:
             self.path = check_path(self.path, self)
         whole("lbfgs_steps", 0)

@@ -59,8 +59,16 @@ class PackStream:
 
     def __init__(self, task: Task, cfgs: Sequence[TrainConfig], device: torch.device):
         self.streams = [_DataStream(task, c, device) for c in cfgs]
+        self.counts = [c.seeds for c in cfgs]
         self.last: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(cfgs)
         self.running = [True] * len(cfgs)
+
+    def skip(self, stopped: list[bool]) -> None:
+        """The pack's members (K,) a cull stopped: their streams draw no more of their rows."""
+        o = 0
+        for s, n in zip(self.streams, self.counts):
+            getattr(s, "data", s).skip = stopped[o:o + n]  # a polish stream's own draws
+            o += n
 
     def polish(self, models: list[ArithTransformer], device: torch.device) -> None:
         for j, m in enumerate(models):  # mined per proposal: its seed, its members

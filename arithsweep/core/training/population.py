@@ -48,6 +48,7 @@ from arithsweep.core.training.recipe import (
 from arithsweep.core.training.resume import (
     Checkpointing,
     carry_moments,
+    culled_in_state,
     generator_state,
     is_state_dir,
     prefixed,
@@ -94,9 +95,13 @@ class _PackRun:
         seeds = [c.seed + i for c in cfgs for i in range(c.seeds)]  # as train() numbers them
         self.model = model = ArithTransformer(model_cfg, k=K, seeds=seeds).to(device)
         resuming = checkpoint is not None and checkpoint.resume is not None
+        self.culled = torch.zeros(K, dtype=torch.bool, device=device)  # stopped by TrainConfig.cull
         if c0.init_from and not resuming:  # a resumed state holds the weights it reached
             if is_state_dir(c0.init_from):  # a run's state: each member from its own
                 start_members_from_state(model, c0.init_from)
+                was = culled_in_state(c0.init_from)  # a culled member stays out of the path
+                if was is not None and was.shape == self.culled.shape:
+                    self.culled.copy_(was)
             else:
                 start_members_from(model, task, c0.init_from)
         params = list(model.parameters())
@@ -115,6 +120,7 @@ class _PackRun:
         if layout == "tiny":  # its kernel scores training's evaluations too (~10x the model's)
             loss_fn, self.step_threads, self.eval_forward = tiny_loss, kernel_threads, tiny_logits
         self.data = PackStream(task, cfgs, device)
+        self.data.skip(self.culled.tolist())
         ea, eb, eop = eval_problems(task, c0.eval_size, c0.train_digits)  # (N,) each
         self.eval_set = EvalSet(task, ea, eb, eop, device)  # encoded once, on the device
         self.results = [T.TrainResult(task=task, model_cfg=model_cfg, train_cfg=c,
@@ -123,7 +129,7 @@ class _PackRun:
                                       eval_size=ea.numel(), layout=layout, layout_why=layout_why)
                         for c, o, n in zip(cfgs, self.offs, counts)]
         self.alive = torch.ones(K, dtype=torch.bool, device=device)  # False: loss non-finite
-        self.running = torch.ones(K, dtype=torch.bool, device=device)  # False: stopped
+        self.running = ~self.culled  # False: stopped
         # the tiny kernel keeps each tile in cache itself: splitting a step only adds calls.
         # The split is each member's own (never the pack's size): the same alone as in a pack
         n_micro = 1 if layout == "tiny" else T.micro_batches(c0)
@@ -171,6 +177,7 @@ class _PackRun:
                 self.on_step(step, self.total)
             if step % c0.eval_every == 0 or step == self.total:
                 self._evaluate_all(step)
+                self._cull(step)
             if self.ckpt is not None and any(data.running) and self.ckpt.due(step):
                 self.save()
         if c0.lbfgs_steps and not self.finished:
@@ -216,6 +223,23 @@ class _PackRun:
             factors = wd_factors(self.c0.wd_drops, ok, pos_acc, held)
             self.opt.wd.copy_(self.base_wd * torch.tensor(factors, device=self.device))
 
+    def _cull(self, step: int) -> None:
+        """TrainConfig.cull at `step`: in each running proposal, only the members with the best
+        held-out exact match so far go on (ties to the lower seed); the rest stop here."""
+        keep = dict(self.c0.cull or ()).get(step)
+        if keep is None:
+            return
+        live_now = (self.running & self.alive).tolist()
+        for j, (r, o, n) in enumerate(zip(self.results, self.offs, self.counts)):
+            live = [i for i in range(n) if live_now[o + i]]
+            if not self.data.running[j] or len(live) <= keep:
+                continue
+            ranked = sorted(live, key=lambda i: (-r.member_best[i], i))
+            for i in ranked[keep:]:
+                self.running[o + i] = False
+                self.culled[o + i] = True
+        self.data.skip(self.culled.tolist())  # a stopped member's batches are not drawn
+
     # ---------------------------------------------------------------------------- state
     def save(self) -> None:
         t = time.perf_counter()
@@ -232,7 +256,7 @@ class _PackRun:
         tensors.update(prefixed(self.opt.state(), "opt."))
         if self.grokfast is not None and self.grokfast.ema is not None:
             tensors.update({f"grokfast.{i}": e for i, e in enumerate(self.grokfast.ema)})
-        tensors.update({"alive": self.alive, "running": self.running,
+        tensors.update({"alive": self.alive, "running": self.running, "culled": self.culled,
                         "loss_sum": self.loss_sum, "torch_rng": torch.get_rng_state()})
         for i, g in enumerate(self.model._offset_gens or []):
             tensors[f"abacus_gen.{i}"] = generator_state(g)
@@ -263,6 +287,9 @@ class _PackRun:
             self.grokfast.ema = [t[f"grokfast.{i}"].to(self.device) for i in range(n)]
         self.alive.copy_(t["alive"])
         self.running.copy_(t["running"])
+        if "culled" in t:  # a state from before culls has none
+            self.culled.copy_(t["culled"])
+        self.data.skip(self.culled.tolist())
         self.loss_sum.copy_(t["loss_sum"])
         torch.set_rng_state(t["torch_rng"])
         if "abacus_gen.0" in t:  # the training-time abacus offsets' own generators

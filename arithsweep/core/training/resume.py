@@ -171,7 +171,8 @@ def _check_doc(path: Path, doc: dict[str, Any], continuing: bool) -> None:
 
 # TrainConfig fields added after states were first written, at their defaults: a state
 # written before them lacks the key, and is the same run
-_LATER_FIELDS = {"path": None, "init_moments": False}
+# fields added after states were written, at the value that trains as before they were
+_LATER_FIELDS = {"path": None, "init_moments": False, "near_zero_share": 0.0, "cull": None}
 
 
 def comparable(train_dicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -263,6 +264,13 @@ def start_members_from_state(model: Any, path: str | Path) -> int:
         for n, p in params.items():
             p.copy_(weights[n].to(p.device))
     return state.step
+
+
+def culled_in_state(path: str | Path) -> torch.Tensor | None:
+    """(K,) bool: the members a cull stopped in the newest state in `path` (TrainConfig.cull),
+    which stay stopped in a path's next phase; None for a state from before culls."""
+    state = latest_state(path, continuing=False)
+    return None if state is None else state.tensors.get("culled")
 
 
 @torch.no_grad()

@@ -52,6 +52,10 @@ class _DataStream:
         self.refill_step: int | None = None
         self.gens_pre: list[torch.Tensor] | None = None
         self.hash: HashSampler | None = None
+        # members a cull stopped (population._cull): the hash sampler skips their rows (zeros:
+        # a stopped member is never trained on them); the stream sampler draws every member,
+        # as its generators advance member by member
+        self.skip: list[bool] = [False] * cfg.seeds
         self.why_stream = ""  # why a run that asked for sampler "hash" streams instead
         if cfg.sampler == "hash":
             if not isinstance(task, Task):
@@ -107,9 +111,18 @@ class _DataStream:
     def _refill(self, step: int) -> None:
         self.refill_step = step
         if self.hash is not None:  # (S, K, B, T) uint8, (S, K, B, T-1) bool, on the device
-            seeds = [self.cfg.seed + i for i in range(self.cfg.seeds)]
-            self.buf = self.hash.batches(seeds, list(range(step, step + DATA_CHUNK_STEPS)))
-            self.pos = 0
+            live = [i for i in range(self.cfg.seeds) if not self.skip[i]]
+            steps = list(range(step, step + DATA_CHUNK_STEPS))
+            # each (seed, step) batch is a function of those two alone: a survivor's rows are
+            # the same whichever members are drawn beside it
+            drawn = self.hash.batches([self.cfg.seed + i for i in live], steps)
+            if len(live) < self.cfg.seeds:
+                full = tuple(x.new_zeros((x.shape[0], self.cfg.seeds, *x.shape[2:]))
+                             for x in drawn)
+                for f, x in zip(full, drawn):
+                    f[:, live] = x
+                drawn = full
+            self.buf, self.pos = drawn, 0
             return
         S, B, K = DATA_CHUNK_STEPS, self.cfg.batch_size, self.cfg.seeds
         n, rows = B * S, []
