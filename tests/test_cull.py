@@ -66,6 +66,8 @@ def test_survivors_end_where_the_whole_pack_takes_them_and_the_culled_stop(layou
     for p, q in zip(whole.history[1:], culled.history[1:], strict=True):
         assert [q.exact_match[i] for i in top] == [p.exact_match[i] for i in top]
         assert all(q.exact_match[i] == first[i] for i in range(4) if i not in top)
+    # a culled member's steps are not counted as trained: 4 members to 50, then 2
+    assert culled.examples == (4 * 50 + 2 * 150) * t.batch_size
     assert culled.member_best == [max(e[i] for e in (h.exact_match for h in culled.history))
                                   for i in range(4)]
 

@@ -120,7 +120,7 @@ class _PackRun:
         if layout == "tiny":  # its kernel scores training's evaluations too (~10x the model's)
             loss_fn, self.step_threads, self.eval_forward = tiny_loss, kernel_threads, tiny_logits
         self.data = PackStream(task, cfgs, device)
-        self.data.skip(self.culled.tolist())
+        self._skip()
         ea, eb, eop = eval_problems(task, c0.eval_size, c0.train_digits)  # (N,) each
         self.eval_set = EvalSet(task, ea, eb, eop, device)  # encoded once, on the device
         self.results = [T.TrainResult(task=task, model_cfg=model_cfg, train_cfg=c,
@@ -172,7 +172,7 @@ class _PackRun:
             step = self.step = step + 1
             for j, r in enumerate(results):
                 if data.running[j]:
-                    r.examples += self.counts[j] * c0.batch_size
+                    r.examples += self.drawn[j] * c0.batch_size
             if self.on_step is not None:
                 self.on_step(step, self.total)
             if step % c0.eval_every == 0 or step == self.total:
@@ -238,7 +238,13 @@ class _PackRun:
             for i in ranked[keep:]:
                 self.running[o + i] = False
                 self.culled[o + i] = True
-        self.data.skip(self.culled.tolist())  # a stopped member's batches are not drawn
+        self._skip()
+
+    def _skip(self) -> None:
+        """A culled member's batches are not drawn, nor counted as trained examples."""
+        culled = self.culled.tolist()
+        self.data.skip(culled)
+        self.drawn = [n - sum(culled[o:o + n]) for o, n in zip(self.offs, self.counts)]
 
     # ---------------------------------------------------------------------------- state
     def save(self) -> None:
@@ -289,7 +295,7 @@ class _PackRun:
         self.running.copy_(t["running"])
         if "culled" in t:  # a state from before culls has none
             self.culled.copy_(t["culled"])
-        self.data.skip(self.culled.tolist())
+        self._skip()
         self.loss_sum.copy_(t["loss_sum"])
         torch.set_rng_state(t["torch_rng"])
         if "abacus_gen.0" in t:  # the training-time abacus offsets' own generators
