@@ -5,6 +5,7 @@ for the rest of the path, across a kill and a resume."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from arithsweep.core.config import TrainConfig
 from arithsweep.core.errors import ConfigError
 from arithsweep.core.model import tiny_layout as TL
 from arithsweep.core.overrides import build_configs
-from arithsweep.core.training.path import train_path
+from arithsweep.core.training.path import phase_configs, train_path
 from arithsweep.core.training.population import train_population
 from arithsweep.core.training.resume import latest_state, sub
 
@@ -76,7 +77,7 @@ def test_a_culled_member_stays_out_of_the_next_phase_and_a_killed_path_resumes(t
     """Culled at the end of the first phase, a member keeps that phase's last weights through
     the second; killed after the cull, `train --resume` ends on the uninterrupted run's bits."""
     grok = {"name": "grokfast", "steps": 100, "lr": 1e-3, "curriculum": None}
-    task, m, t = _configs(path=[{"name": "cosine", "cull": [[100, 3], [200, 1]]}, grok])
+    task, m, t = _configs(cull=[[100, 3], [200, 1]], path=[{"name": "cosine"}, grok])
     train_job(task, m, t, tmp_path / "whole", progress=False)
     first = latest_state(tmp_path / "whole/phases/0-cosine/resume")
     culled = first.tensors["culled"].tolist()
@@ -115,6 +116,11 @@ def test_bad_culls_are_named(cull, why):
         TrainConfig(**{k: v for k, v in BASE.items() if k != "curriculum"}, cull=cull)
 
 
-def test_a_phase_that_inherits_a_cull_past_its_steps_is_named():
+def test_a_top_level_cull_is_the_first_phases_and_a_later_phase_culls_with_its_own():
+    cfg = TrainConfig(seeds=4, steps=200, eval_every=50, cull=[[200, 1]],
+                      path=[{}, {"steps": 100}, {"steps": 100, "cull": [[50, 1]]}])
+    assert [c.cull for i in range(3) for c in phase_configs(cfg, i, Path("s"))] == [
+        [[200, 1]], None, [[50, 1]]]
     with pytest.raises(ConfigError, match="path phase 1: cull="):
-        TrainConfig(seeds=4, steps=200, eval_every=50, cull=[[200, 1]], path=[{}, {"steps": 100}])
+        TrainConfig(seeds=4, steps=200, eval_every=50, path=[{}, {"steps": 100,
+                                                                    "cull": [[150, 1]]}])

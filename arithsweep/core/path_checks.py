@@ -12,6 +12,9 @@ differ in that phase from the config's top level, plus four words of its own:
     perturb_lr  with select: lr factors, one per group of copies (PBT's explore); every
                 factor gets seeds / len(perturb_lr) members
 
+Every other field of the top level is every phase's, except `cull`: its steps are the first
+phase's, and a later phase culls only with a `cull` of its own.
+
 Kept apart from train_config.py so that the dataclass reads as its fields; torch-free like it.
 
     python -c "from arithsweep.core.config import TrainConfig; \\
@@ -74,8 +77,9 @@ def check_path(value: Any, cfg: Any) -> list[dict[str, Any]]:
                          "not kept: use moments: restart")
         p["perturb_lr"] = _factors(p["perturb_lr"], k, cfg.seeds, lambda why, i=i: bad(i, why))
         overrides = {key: v for key, v in p.items() if key not in PHASE_WORDS}
+        own = {**base, "cull": None} if i else base  # as path.phase_configs builds it
         try:  # the phase's own config must be valid on its own
-            type(cfg).from_dict({**base, **overrides, "path": None})
+            type(cfg).from_dict({**own, **overrides, "path": None})
         except ConfigError as e:
             raise bad(i, str(e).removeprefix("train config: ")) from None
         out.append(p)

@@ -136,7 +136,8 @@ class TrainConfig(DictConfig):
     # schedule (a path phase: of the phase). There, only the `keep` members of each proposal
     # with the best held-out exact match so far (the evaluation training selects on, never a
     # verification problem) go on training; the others stop where they are, their best
-    # weights kept, and stay stopped for the rest of the path. A member trains the same bits
+    # weights kept, and stay stopped for the rest of the path (a top-level cull is the path's
+    # first phase's; a later phase culls with its own). A member trains the same bits
     # alone as in any pack, so a survivor ends exactly where the whole pack would have taken
     # it, for the steps of fewer members (the 36's record path: docs/results.md#ticket).
     # None = every member trains every step.

@@ -71,6 +71,8 @@ def phase_configs(cfg: TrainConfig, i: int, start: Path | None) -> list[TrainCon
     ph = cfg.path[i]
     fields = phase_fields(ph)
     top = {k: v for k, v in cfg.to_dict().items() if k != "path"}
+    if i:  # culls are at a phase's own steps: the top level's are the first phase's
+        top["cull"] = None
     c = TrainConfig.from_dict({**top, **fields, "path": None})
     if i == 0:
         return [c]
