@@ -104,11 +104,18 @@ def test_a_culled_member_stays_out_of_the_next_phase_and_a_killed_path_resumes(t
     assert _same(_weights(tmp_path / "killed/phases/1-grokfast/resume"), end1)
 
 
+def test_a_keep_of_the_seeds_or_more_culls_none():
+    task, m, t = _configs()
+    a, b = (train_population(task, m, [replace(t, steps=100, cull=c)])[0] for c in (None,
+                                                                                   [[50, 4]]))
+    assert _same(dict(a.model.named_parameters()), dict(b.model.named_parameters()))
+
+
 @pytest.mark.parametrize("cull, why", [
     ([[60, 2]], "multiples of eval_every"),
     ([[50, 2], [100, 3]], "not rising"),
     ([[250, 2]], "up to steps"),
-    ([[50, 5]], "keep in 1..seeds"),
+    ([[50, 0]], "keep >= 1"),
     ([[100, 2], [50, 1]], "steps rising"),
 ])
 def test_bad_culls_are_named(cull, why):

@@ -195,15 +195,16 @@ def check_wd_drops(value: Any) -> list[list[float]]:
         value, float, bad, "wd_drops", lambda at, f: 0 < at <= 1 and 0 <= f <= 1)]
 
 
-def check_cull(value: Any, steps: int, eval_every: int, seeds: int) -> list[list[int]]:
+def check_cull(value: Any, steps: int, eval_every: int) -> list[list[int]]:
     """Validate successive halving [[step, keep], ...]: evaluation steps within the schedule,
-    rising, each keeping 1..seeds members, never more than the cull before."""
+    rising, each keeping at least one member, never more than the cull before (a keep of
+    the proposal's seeds or more culls none: a space's seeds follow each proposal's size)."""
     bad = ConfigError(f"train config: cull={value!r}: must be a list of [step, keep] pairs of "
                       f"whole numbers, steps rising evaluation steps (multiples of eval_every "
-                      f"{eval_every}) up to steps ({steps}), keep in 1..seeds ({seeds}) and "
-                      f"not rising, e.g. [[50000, 32], [200000, 8]]")
+                      f"{eval_every}) up to steps ({steps}), keep >= 1 and not rising, e.g. "
+                      f"[[50000, 32], [200000, 8]]")
     pairs = _rising_pairs(value, int, bad, "cull", lambda at, keep: 0 < at <= steps
-                          and at % eval_every == 0 and 1 <= keep <= seeds)
+                          and at % eval_every == 0 and keep >= 1)
     if any(b[1] > a[1] for a, b in zip(pairs, pairs[1:])):
         raise bad
     return pairs

@@ -133,7 +133,7 @@ class TrainConfig(DictConfig):
     # phase from its own last state (or its parent's best, after select). None = one phase.
     path: list | None = None
     # Successive halving inside the pack: [[step, keep], ...] at evaluation steps of this
-    # schedule (a path phase: of the phase). There, only the `keep` members of each proposal
+    # schedule (a path phase: of the phase). There, at most `keep` members of each proposal
     # with the best held-out exact match so far (the evaluation training selects on, never a
     # verification problem) go on training; the others stop where they are, their best
     # weights kept, and stay stopped for the rest of the path (a top-level cull is the path's
@@ -291,7 +291,7 @@ class TrainConfig(DictConfig):
         if self.phases is not None:
             self.phases = check_phases(self.phases)
         if self.cull is not None:
-            self.cull = check_cull(self.cull, self.main_steps, self.eval_every, self.seeds)
+            self.cull = check_cull(self.cull, self.main_steps, self.eval_every)
         if self.path is not None:
             self.path = check_path(self.path, self)
         whole("lbfgs_steps", 0)

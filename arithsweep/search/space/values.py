@@ -131,6 +131,8 @@ def _check_accepted(section: str, fname: str, values: list[Any], key: str,
     """Catch typos in string values (pos: rpe) by building the dataclass with just that field."""
     cls = section_class(section)
     base = {"vocab_size": 12, "n_ctx": 11} if section == "model" else {}
+    if (section, fname) == ("train", "cull"):  # its form alone: its steps and keeps are read
+        base = {"steps": 10**9, "eval_every": 1}  # against the whole config's
     words = MODEL_WORDS.get(fname) if section == "model" else None
     for v in values:
         if not isinstance(v, (str, list)):
