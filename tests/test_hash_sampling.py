@@ -46,6 +46,22 @@ def test_a_batch_depends_on_seed_and_step_only():
     assert not torch.equal(pack[0][0, 0], pack[0][1, 0])  # steps differ
 
 
+@pytest.mark.parametrize("fmt", ["pad,revans,revops,delim,zeros", "nopad"])
+def test_batches_are_the_tasks_own_encoding(fmt):
+    """Tokens and answer mask as Task.encode writes them; a pad format's mask, the same in
+    every row, is made once per shape and handed out again."""
+    task = get_task("add10" if fmt.startswith("pad") else "add4", fmt)
+    h = HashSampler(task, TrainConfig(seeds=2))
+    for steps in ([0, 1, 2], [3, 4, 5]):
+        tok, mask = h.batches([4, 5], steps)  # (S, K, B, T), (S, K, B, T-1)
+        a, b, op = h.problems([4, 5], steps)
+        want_t, want_m = task.encode(a.reshape(-1), b.reshape(-1), op.reshape(-1),
+                                     dtype=torch.uint8)
+        assert torch.equal(tok.reshape(want_t.shape), want_t)
+        assert torch.equal(mask.reshape(want_m.shape), want_m)
+    assert (h.batches([4, 5], [7, 8, 9])[1] is mask) == fmt.startswith("pad")
+
+
 def test_pack_member_equals_its_single_run_through_the_trainer_stream():
     task = get_task("add3")
     pack = _DataStream(task, TrainConfig(seeds=3, seed=4), torch.device("cpu"))
