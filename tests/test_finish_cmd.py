@@ -112,3 +112,18 @@ def test_finishing_a_continued_checkpoint_keeps_its_chain_of_starts(ckpt, tmp_pa
     assert sha256_file(out / "start" / "model.safetensors") == load_checkpoint(ckpt).sha256
     assert sha256_file(out / "start" / "start" / "model.safetensors") == \
         load_checkpoint(tmp_path / "earlier").sha256
+
+
+def test_a_member_finished_inside_its_pack_is_retrained_by_the_whole_pack(ckpt):
+    """The finishers draw from the run's first seed, not the member's: `--seeds 1 --seed s`
+    would finish it otherwise, so a pack's finished member names its whole pack's command."""
+    from arithsweep.leaderboard.verify import reproduce_command
+
+    doc = json.loads((ckpt / "config.json").read_text())
+    alone = reproduce_command(load_checkpoint(ckpt))
+    assert "--seeds 1 --seed" in alone
+    doc["meta"]["finished_by"], doc["train"]["seeds"] = "cma-es", 8
+    (ckpt / "config.json").write_text(json.dumps(doc))
+    pack = reproduce_command(load_checkpoint(ckpt))
+    assert pack.startswith("arithsweep train ") and pack.endswith(f"{ckpt / 'config.json'}")
+    assert "--seeds" not in pack and "--seed" not in pack

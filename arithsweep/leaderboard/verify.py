@@ -162,10 +162,14 @@ def reproduce_command(ck: Checkpoint) -> str:
     if isinstance(finish_set, dict) and (ck.path / START).is_dir():
         return shlex.join(["arithsweep", "finish", str(ck.path / START), "--out", "finished",
                            *set_args(finish_set)])
-    seed = ck.meta.get("seed", ck.train_cfg.seed if ck.train_cfg else 0)
     parts = ["arithsweep", "train", "--task", ck.task.name, "--format", ck.task.fmt.name,
-             "--config", str(ck.path / "config.json"), "--seeds", "1", "--seed", str(seed)]
-    return shlex.join(parts)
+             "--config", str(ck.path / "config.json")]
+    if ck.meta.get("finished_by") and ck.train_cfg is not None and ck.train_cfg.seeds > 1:
+        # finished inside its run: the finishers draw from the run's first seed, not the
+        # member's, so only the whole pack (the config's seeds) finishes it the same way
+        return shlex.join(parts)
+    seed = ck.meta.get("seed", ck.train_cfg.seed if ck.train_cfg else 0)
+    return shlex.join([*parts, "--seeds", "1", "--seed", str(seed)])
 
 
 def verify(
