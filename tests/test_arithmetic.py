@@ -79,8 +79,8 @@ def test_checkpoints_and_states_record_the_arithmetic(trained):
     assert latest_state(trained / "resume").doc["arithmetic"] == ARITHMETIC
     # this version's published text names its first commit, any later one of it retrains it
     assert retrains({"meta": meta}) == (f"arithmetic {ARITHMETIC}, retrains bit for bit at any "
-                                        f"commit of arithmetic {ARITHMETIC} (from "
-                                        f"{VERSIONS[ARITHMETIC].first} on)")
+                                        f"commit of arithmetic {ARITHMETIC} that reads its "
+                                        f"config (from {VERSIONS[ARITHMETIC].first} on)")
 
 
 def test_every_version_has_its_row():

@@ -289,3 +289,6 @@ def test_an_entry_trained_in_a_pack_also_gets_the_pack_command():
     # trained alone, or no recorded pack: no second command
     assert pack_reproduce({**row, "train_config": {"seeds": 1, "seed": 3}}, "p") is None
     assert pack_reproduce({**row, "train_config": {}}, "p") is None
+    # its own command is the pack already (a member finished inside it): said once
+    whole = {**row, "reproduce": "arithsweep train --task mul3 --format pad --config c.json"}
+    assert pack_reproduce(whole, "p") is None

@@ -92,8 +92,9 @@ def at_commit(version: int) -> str:
                 f"arithsweep that trained it")
     commit = retrain_commit(version)
     if commit is None:  # this version: named by its first commit, any later one of it does
-        return (f"retrains bit for bit at any commit of arithmetic {version} "
-                f"(from {VERSIONS[version].first} on)")
+        # (a config field added later, such as cull, needs a commit that reads it)
+        return (f"retrains bit for bit at any commit of arithmetic {version} that reads its "
+                f"config (from {VERSIONS[version].first} on)")
     return (f"retrains bit for bit at commit {commit} (`git checkout {commit}` or "
             f"`pip install git+<repo>@{commit}`)")
 

@@ -280,6 +280,8 @@ def pack_reproduce(row: dict[str, Any], config_path: str) -> str | None:
     parts = shlex.split(published_reproduce(row, config_path))
     if parts[:2] != ["arithsweep", "train"]:  # a finished entry: its start is one model
         return None
+    if "--seeds" not in parts:  # its command trains the pack already (finished inside it)
+        return None
     for flag, value in (("--seeds", seeds), ("--seed", first)):
         if flag in parts:
             parts[parts.index(flag) + 1] = str(value)
