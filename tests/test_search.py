@@ -185,6 +185,24 @@ def test_search_verifies_at_once_and_never_trains_what_cannot_win(ray_local, tmp
     assert any(e["event"] == "skipped" for e in events)
 
 
+def test_a_saturated_evaluation_never_counts_as_a_plateau_when_the_target_asks_for_more():
+    """Every one of 4,096 problems right cannot show five or six nines: flat is all it reads,
+    so the schedule's end (and its polish) decides; at 0.99 a saturated curve is a plateau."""
+    from types import SimpleNamespace
+
+    from arithsweep.search.trials.plateau import Plateau, saturated
+
+    r = SimpleNamespace(eval_size=4096)
+    assert saturated(1.0, r, 0.999999) and saturated(1.0, r, 0.99999)
+    assert not saturated(1.0, r, 0.99) and not saturated(0.9998, r, 0.999999)
+    assert not saturated(1.0, SimpleNamespace(eval_size=0), 0.999999)
+    six = Plateau(patience=3)
+    assert not any(six.update(1.0, 1e-8, 1.0, 0.1, saturated(1.0, r, 0.999999))
+                   for _ in range(20))
+    two = Plateau(patience=3)
+    assert any(two.update(1.0, 1e-8, 1.0, 0.1, saturated(1.0, r, 0.99)) for _ in range(20))
+
+
 def test_plateau_never_stops_a_model_whose_loss_still_falls():
     from arithsweep.search.trials.plateau import Plateau
 

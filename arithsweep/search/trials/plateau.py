@@ -50,11 +50,14 @@ class Plateau:
         self.best_digits = -1.0
 
     def update(self, em: float, loss: float, digits: float | None = None,
-               lr_share: float | None = None) -> bool:
+               lr_share: float | None = None, saturated: bool = False) -> bool:
         """Feed one evaluation (`digits`: the best seed's mean per-answer-digit accuracy;
         `lr_share`: the lr now over the schedule's peak); True once `patience` evaluations in
         a row made no progress, not counting those of a seed that has learnt part of the task
-        (LEARNT) while the lr is still high (HIGH_LR)."""
+        (LEARNT) while the lr is still high (HIGH_LR), nor `saturated` ones: every problem of
+        the evaluation right, where the target asks for more than it can show (five or six
+        nines against 4,096 problems), so flat is all it can read; the schedule's end and its
+        polish decide there (a mix6 trial at six nines was cut 2K steps before its polish)."""
         # A measure's mark moves only when it has made progress (torch's ReduceLROnPlateau
         # threshold rule): a slow, steady fall then adds up to progress. A mark that followed
         # every evaluation never saw one: add10-tbukic-s5's 38 p, continued at 90%, stopped
@@ -70,7 +73,7 @@ class Plateau:
             self.best_digits = digits
         better = better_em or better_loss or better_digits
         self.since = 0 if better else self.since + 1
-        if lr_share is not None and lr_share > HIGH_LR and self.best_em >= LEARNT:
+        if (lr_share is not None and lr_share > HIGH_LR and self.best_em >= LEARNT) or saturated:
             self.since = 0
         return self.since >= self.patience
 
@@ -87,6 +90,13 @@ def lr_share(point: Any, cfg: Any) -> float | None:
     """The lr at an evaluation over the schedule's peak (None when either is unknown)."""
     lr, peak = getattr(point, "lr", None), getattr(cfg, "lr", None)
     return float(lr) / float(peak) if lr is not None and peak else None
+
+
+def saturated(em: float, result: Any, target: float) -> bool:
+    """Is the best seed right on every problem of an evaluation set too small to show the
+    target (target above 1 - 1/size: five nines against 4,096 problems)?"""
+    size = int(getattr(result, "eval_size", 0) or 0)
+    return size > 0 and em >= 1.0 and target > 1.0 - 1.0 / size
 
 
 def digit_accuracy(point: Any) -> float | None:

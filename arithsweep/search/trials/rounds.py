@@ -40,7 +40,13 @@ from pathlib import Path
 from typing import Any
 
 from arithsweep.core.errors import ConfigError
-from arithsweep.search.trials.plateau import Plateau, digit_accuracy, lr_share, patience_for
+from arithsweep.search.trials.plateau import (
+    Plateau,
+    digit_accuracy,
+    lr_share,
+    patience_for,
+    saturated,
+)
 
 REACHED = "reached target"  # a stop reason: the full check passed (or a finisher got it there)
 CONTINUE_SEEDS = 8  # a "continue" round's members: data orders are cheap in a tiny pack
@@ -192,7 +198,8 @@ class Proposal:
             self.reason, stop = REACHED, True
             row["full_em"] = self.check.value(result)
         elif plateau and self.plateau.update(point.best_em, row["loss"], digit_accuracy(point),
-                                             lr_share(point, phase_cfg or self.setup.train_cfg)):
+                                             lr_share(point, phase_cfg or self.setup.train_cfg),
+                                             saturated(point.best_em, result, self.target)):
             self.reason, stop = "plateau", True
         elif (not plateau and phase_cfg is not None and phase_step is not None
               and below_floor(max(best, self.best), phase_step, phase_cfg.main_steps)):
