@@ -217,6 +217,10 @@ class TrainConfig(DictConfig):
     # fits it and is small enough to gain (training.train.choose_layout), else reference
     layout: str = "auto"
     time_budget: float = 0.0  # seconds; stop after the evaluation that crosses it; 0 = none
+    # Stop after this many steps with the schedule unchanged (its cosine still spans `steps`):
+    # how a search trial's round that its own rules stopped early (a plateau, a cut) is
+    # retrained to the same weights (leaderboard/verify.reproduce_command). None = the end
+    stop_at: int | None = None
     # A long run's whole state (weights, AdamW moments, Grokfast EMA, decay drops, data streams'
     # positions, RNGs, histories: core/training/resume.py) is written every checkpoint_every
     # steps, or with 0 about every checkpoint_seconds of wall time, and when the run stops, so
@@ -299,6 +303,8 @@ class TrainConfig(DictConfig):
         for f in ("finish_rounds", "finish_cmaes_evals"):
             whole(f, 0)
         whole("finish_steps", 1)
+        if self.stop_at is not None:
+            whole("stop_at", 1)
         whole("finish_pool", 1)
         v = self.near_zero_share
         need(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1,

@@ -169,7 +169,19 @@ def reproduce_command(ck: Checkpoint) -> str:
         # member's, so only the whole pack (the config's seeds) finishes it the same way
         return shlex.join(parts)
     seed = ck.meta.get("seed", ck.train_cfg.seed if ck.train_cfg else 0)
-    return shlex.join([*parts, "--seeds", "1", "--seed", str(seed)])
+    return shlex.join([*parts, "--seeds", "1", "--seed", str(seed), *_stopped(ck)])
+
+
+def _stopped(ck: Checkpoint) -> list[str]:
+    """For a model its run's own rules stopped before the schedule's end (a search trial's
+    plateau, a cut): the --set that stops the retrain there too, the schedule unchanged, and
+    no time budget to stop it sooner on a slower machine."""
+    cfg, steps = ck.train_cfg, ck.meta.get("steps")
+    if cfg is None or cfg.path or not isinstance(steps, int) or isinstance(steps, bool):
+        return []
+    if cfg.stop_at is not None or steps >= cfg.main_steps + cfg.polish_steps:
+        return []
+    return ["--set", f"stop_at={steps}", "--set", "time_budget=0"]
 
 
 def verify(

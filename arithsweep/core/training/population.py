@@ -157,7 +157,8 @@ class _PackRun:
     def run(self) -> list[T.TrainResult]:
         c0, data, results, step = self.c0, self.data, self.results, self.step
         self.t0 = time.perf_counter()
-        while step < self.total and any(data.running) and not self.finished:
+        end = min(self.total, c0.stop_at or self.total)
+        while step < end and any(data.running) and not self.finished:
             if step == self.main and c0.polish_steps:  # each seed's own errors, training split
                 data.polish([r.model for r in results], self.device)
             if c0.grokfast_phased and grokfast_on(c0, step) != self.filtered:  # phase boundary
@@ -175,7 +176,7 @@ class _PackRun:
                     r.examples += self.drawn[j] * c0.batch_size
             if self.on_step is not None:
                 self.on_step(step, self.total)
-            if step % c0.eval_every == 0 or step == self.total:
+            if step % c0.eval_every == 0 or step == end:
                 self._evaluate_all(step)
                 self._cull(step)
             if self.ckpt is not None and any(data.running) and self.ckpt.due(step):

@@ -172,7 +172,8 @@ def _check_doc(path: Path, doc: dict[str, Any], continuing: bool) -> None:
 # TrainConfig fields added after states were first written, at their defaults: a state
 # written before them lacks the key, and is the same run
 # fields added after states were written, at the value that trains as before they were
-_LATER_FIELDS = {"path": None, "init_moments": False, "near_zero_share": 0.0, "cull": None}
+_LATER_FIELDS = {"path": None, "init_moments": False, "near_zero_share": 0.0, "cull": None,
+                 "stop_at": None}
 
 
 def comparable(train_dicts: list[dict[str, Any]]) -> list[dict[str, Any]]:

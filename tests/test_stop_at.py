@@ -1,0 +1,44 @@
+"""`TrainConfig.stop_at`: a run stopped early by its own rules (a search trial's plateau or cut)
+is retrained to the same weights: the schedule unchanged, training stops at that step, and
+the entry's recorded command says so."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import torch
+
+from arithsweep.core.model.checkpoint import load_checkpoint
+from arithsweep.core.overrides import build_configs
+from arithsweep.core.training.population import train_population
+from arithsweep.leaderboard.verify import reproduce_command
+
+
+def test_stop_at_ends_where_the_whole_schedule_was_at_that_step():
+    task, m, t = build_configs("add2", None, None, {
+        "d_model": 8, "d_ff": 16, "n_heads": 2, "seeds": 2, "steps": 200, "eval_every": 50,
+        "eval_size": 256, "early_stop": False})
+    at_100 = {}
+
+    def keep(_j, point, result):
+        if point.step == 100:
+            at_100.update({k: v.detach().clone() for k, v in result.model.named_parameters()})
+
+    train_population(task, m, [t], on_eval=keep)
+    stopped = train_population(task, m, [replace(t, stop_at=100)])[0]
+    assert stopped.steps == 100 and stopped.history[-1].step == 100
+    for k, v in stopped.model.named_parameters():
+        assert torch.equal(v, at_100[k]), k
+
+
+def test_an_early_stopped_models_command_stops_its_retrain_there(ckpt):
+    doc = json.loads((ckpt / "config.json").read_text())
+    whole = doc["train"]["steps"] + doc["train"].get("polish_steps", 0)
+    doc["meta"]["steps"] = whole  # its whole schedule: the command needs no stop
+    (ckpt / "config.json").write_text(json.dumps(doc))
+    assert "stop_at" not in reproduce_command(load_checkpoint(ckpt))
+    doc["meta"]["steps"] = whole - 7
+    (ckpt / "config.json").write_text(json.dumps(doc))
+    cmd = reproduce_command(load_checkpoint(ckpt))
+    assert cmd.endswith(f"--set stop_at={whole - 7} --set time_budget=0")
