@@ -42,3 +42,19 @@ def test_an_early_stopped_models_command_stops_its_retrain_there(ckpt):
     (ckpt / "config.json").write_text(json.dumps(doc))
     cmd = reproduce_command(load_checkpoint(ckpt))
     assert cmd.endswith(f"--set stop_at={whole - 7} --set time_budget=0")
+
+
+def test_a_torch_layout_pack_is_retrained_as_the_pack(ckpt):
+    """torch's batched kernels may round a pack of K otherwise than one seed alone (a mix6
+    pack of 2 and its seed 0 alone parted within 1,000 steps): such an entry's command is its
+    whole pack, stopped where it stopped."""
+    doc = json.loads((ckpt / "config.json").read_text())
+    doc["train"].update(layout="reference", seeds=2)
+    doc["meta"]["steps"] = doc["train"]["steps"] - 5
+    (ckpt / "config.json").write_text(json.dumps(doc))
+    cmd = reproduce_command(load_checkpoint(ckpt))
+    assert "--seeds" not in cmd and "--seed " not in cmd
+    assert cmd.endswith(f"--set stop_at={doc['train']['steps'] - 5} --set time_budget=0")
+    doc["train"]["layout"] = "tiny"
+    (ckpt / "config.json").write_text(json.dumps(doc))
+    assert "--seeds 1 --seed" in reproduce_command(load_checkpoint(ckpt))

@@ -164,12 +164,25 @@ def reproduce_command(ck: Checkpoint) -> str:
                            *set_args(finish_set)])
     parts = ["arithsweep", "train", "--task", ck.task.name, "--format", ck.task.fmt.name,
              "--config", str(ck.path / "config.json")]
-    if ck.meta.get("finished_by") and ck.train_cfg is not None and ck.train_cfg.seeds > 1:
+    if ck.train_cfg is not None and ck.train_cfg.seeds > 1 and (
+            ck.meta.get("finished_by") or _torch_layout(ck)):
         # finished inside its run: the finishers draw from the run's first seed, not the
-        # member's, so only the whole pack (the config's seeds) finishes it the same way
-        return shlex.join(parts)
+        # member's; or trained by torch's ops, whose batched kernels may round a pack of K
+        # otherwise than one (a mix6 pack of 2 and its seed alone parted within 1,000
+        # steps): only the whole pack (the config's seeds) gives the same weights
+        return shlex.join([*parts, *_stopped(ck)])
     seed = ck.meta.get("seed", ck.train_cfg.seed if ck.train_cfg else 0)
     return shlex.join([*parts, "--seeds", "1", "--seed", str(seed), *_stopped(ck)])
+
+
+def _torch_layout(ck: Checkpoint) -> bool:
+    """Did its run train in the reference layout (torch's ops), not the tiny kernel?"""
+    from arithsweep.core.training.train import choose_layout
+
+    try:
+        return choose_layout(ck.model_cfg, ck.train_cfg, torch.device("cpu"))[0] != "tiny"
+    except ArithsweepError:  # a layout this machine cannot run: say the pack, to be safe
+        return True
 
 
 def _stopped(ck: Checkpoint) -> list[str]:
