@@ -194,7 +194,12 @@ def _stopped(ck: Checkpoint) -> list[str]:
         return []
     if cfg.stop_at is not None or steps >= cfg.main_steps + cfg.polish_steps:
         return []
-    return ["--set", f"stop_at={steps}", "--set", "time_budget=0"]
+    out = ["--set", f"stop_at={steps}", "--set", "time_budget=0"]
+    if not ck.meta.get("finished_by") and (cfg.finish_rounds or cfg.finish_cmaes_evals):
+        # a search trial keeps its model as its round left it when the finishers do not get
+        # it there; `train` would run them at the end and keep what they changed
+        out += ["--set", "finish_rounds=0", "--set", "finish_cmaes_evals=0"]
+    return out
 
 
 def verify(
