@@ -56,8 +56,10 @@ def trial_rows(results: Any, target: float, stop_reasons: dict[str, str] | None 
                 "architecture": arch,
                 "stop_reason": _stop_reason(m, errored, (stop_reasons or {}).get(tune_id), ended),
                 "rounds": int(m.get("rounds", 1) or 1),
-                "seeds_trained": int(m.get("seeds_trained", 0) or 0),
-                "seeds_reached": int(m.get("seeds_reached", 0) or 0)})
+                # a trial cut before its first round ended reports no counts: unknown, not 0
+                # of 0 (a cut mix6 trial's entry was published as "0/0" seeds reached)
+                **{k: None if m.get(k) is None else int(m[k])
+                   for k in ("seeds_trained", "seeds_reached")}})
     return rows
 
 
