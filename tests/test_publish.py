@@ -135,13 +135,18 @@ def test_publish_real_checkpoint_and_reverify_it(capsys, tmp_path, monkeypatch, 
     cells = [c.strip() for c in line.strip("|").split(" | ")]
     assert cells[:2] == ["add2", str(rep["params"])] and cells[4] == "10,000"
     commands = re.findall(r"```sh\n(.*?)\n```", md)
+    # the fixture stopped by its caller's rule before its schedule's end: the retrain stops
+    # where it did (TrainConfig.stop_at), with no time budget to stop it sooner
+    stop = ["--set", f"stop_at={json.loads((ckpt / 'config.json').read_text())['meta']['steps']}",
+            "--set", "time_budget=0"]
     assert commands[0] == shlex.join(
         ["arithsweep", "train", "--task", "add2", "--format", rep["format"],
-         "--config", f"{folder}/config.json", "--seeds", "1", "--seed", str(rep["seed"])])
+         "--config", f"{folder}/config.json", "--seeds", "1", "--seed", str(rep["seed"]),
+         *stop])
     # the fixture trained 2 seeds together: the pack's command follows the single seed's
     assert commands[1] == shlex.join(
         ["arithsweep", "train", "--task", "add2", "--format", rep["format"],
-         "--config", f"{folder}/config.json", "--seeds", "2", "--seed", "0"])
+         "--config", f"{folder}/config.json", "--seeds", "2", "--seed", "0", *stop])
     assert commands[2] == f"arithsweep verify {folder}"
 
     # the command printed in LEADERBOARD.md re-verifies the copy to the table's exact match

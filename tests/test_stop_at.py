@@ -42,6 +42,10 @@ def test_an_early_stopped_models_command_stops_its_retrain_there(ckpt):
     (ckpt / "config.json").write_text(json.dumps(doc))
     cmd = reproduce_command(load_checkpoint(ckpt))
     assert cmd.endswith(f"--set stop_at={whole - 7} --set time_budget=0")
+    # `train` stopped at the target by early_stop: its retrain stops there by itself
+    doc["meta"]["final_exact_match"], doc["train"]["early_stop"] = 1.0, True
+    (ckpt / "config.json").write_text(json.dumps(doc))
+    assert "stop_at" not in reproduce_command(load_checkpoint(ckpt))
 
 
 

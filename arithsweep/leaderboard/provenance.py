@@ -179,7 +179,8 @@ def search_lines(row: dict[str, Any], searches_root: str | Path | None) -> list[
         return lines
     cmd, recorded = search_command(meta)
     resumes = [r for r in meta.get("resumes") or [] if isinstance(r, dict)]
-    lines += _start_lines(meta.get("from_entry"))
+    lines += _start_lines(meta.get("from_entry"),
+                          board=not (meta.get("options") or {}).get("from_entry"))
     lines += ["", "The search" + ("" if recorded else " (its command rebuilt from the options "
                                   "it recorded)") + ":", "", "```sh", cmd, "```"]
     if resumes:
@@ -198,10 +199,15 @@ def search_lines(row: dict[str, Any], searches_root: str | Path | None) -> list[
     # the architectures hold finished proposals only: one the search's end or a Ctrl-C cut
     # off trained too, but has no seed count, so say how many those were
     done = sum(int(a.get("trials") or 0) for a in archs)
-    cut = n - done if isinstance(n, int) and archs and all("trials" in a for a in archs) else 0
-    trained = (f"{n} proposals of {len(archs)} architectures ({seeds} seeds in all)" if cut <= 0
-               else f"{n} proposals, {done} of them to the end ({len(archs)} architectures, "
-                    f"{seeds} seeds in all; {cut} cut off unfinished),")
+    cut = n - done if isinstance(n, int) and all("trials" in a for a in archs) else 0
+    props = f"{n} proposal{'' if n == 1 else 's'}"
+    if cut <= 0:
+        trained = f"{props} of {len(archs)} architectures ({seeds} seeds in all)"
+    elif not done:  # stopped before any finished (a Ctrl-C): no seed count to give
+        trained = f"{props}, cut off unfinished,"
+    else:
+        trained = (f"{props}, {done} of them to the end ({len(archs)} architectures, "
+                   f"{seeds} seeds in all; {cut} cut off unfinished),")
     lines += ["", f"It trained {trained} and skipped "
                   f"{len(summary.get('skipped') or [])} untrained at or above its incumbent"
                   + (f" in {cpu:.2f} CPU-hours of trials" if cpu else "")
@@ -210,17 +216,19 @@ def search_lines(row: dict[str, Any], searches_root: str | Path | None) -> list[
     return lines
 
 
-def _start_lines(start: Any) -> list[str]:
-    """For a search started from a board entry (`--from-entry`): the entry, and the commands
-    of the searches that found it (its "chain"), oldest first."""
+def _start_lines(start: Any, board: bool = False) -> list[str]:
+    """For a search started from a board entry (`--from-entry`, or `board`: the board's
+    smallest, as a new search starts): the entry, and the commands of the searches that
+    found it (its "chain"), oldest first."""
     if not isinstance(start, dict):
         return []
     chain = [c for c in start.get("chain") or [] if isinstance(c, str) and c.strip()]
     what = f"entry {start.get('entry_id')} ({start.get('params')} p)"
+    how = "the board's smallest, as a new search does" if board else "`--from-entry`"
     if not chain:
-        return ["", f"It started from {what} as its verified incumbent (`--from-entry`); "
+        return ["", f"It started from {what} as its verified incumbent ({how}); "
                     "that entry was not found by a search."]
-    return ["", f"It started from {what} as its verified incumbent (`--from-entry`), "
+    return ["", f"It started from {what} as its verified incumbent ({how}), "
                 "continuing the searches that found it:", "", "```sh", *chain, "```"]
 
 

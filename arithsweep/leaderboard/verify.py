@@ -194,6 +194,9 @@ def _stopped(ck: Checkpoint) -> list[str]:
         return []
     if cfg.stop_at is not None or steps >= cfg.main_steps + cfg.polish_steps:
         return []
+    final = ck.meta.get("final_exact_match")  # `train`'s own end: stopped early at the target
+    if cfg.early_stop and isinstance(final, (int, float)) and final >= cfg.target:
+        return []  # its retrain stops there by the same rule
     # the finishers stay as the config has them: a search trial's near miss got them on its
     # best, and keeps what they kept even when they do not reach the target, as `train` does
     # (the six-nines mix6 pack retrained this way to entry 63's sha256)
