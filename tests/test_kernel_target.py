@@ -52,8 +52,8 @@ def _loss_and_grads(monkeypatch, tmp_path, target: str, cc: str | None = None,
     if cc:
         monkeypatch.setenv("CC", cc)
     for lib in (TL, TT):  # the kernel and the ties (tiny_ties.c: the 44 p's) for `target`
-        monkeypatch.setattr(lib, "_lib", None)
-        monkeypatch.setattr(lib, "_lib_error", None)
+        monkeypatch.setattr(lib._native, "lib", None)
+        monkeypatch.setattr(lib._native, "why", None)
     assert TL.load_error() is None, TL.load_error()
     torch.manual_seed(0)
     model = ArithTransformer(ModelConfig(**cfg), k=3)
@@ -85,8 +85,8 @@ def test_each_build_has_its_own_cache_key(monkeypatch):
 def test_a_bad_target_is_said_and_training_falls_back(monkeypatch, tmp_path):
     monkeypatch.setenv("ARITHSWEEP_CACHE", str(tmp_path))
     monkeypatch.setenv(TL.TARGET_ENV, "native; rm -rf ~")
-    monkeypatch.setattr(TL, "_lib", None)
-    monkeypatch.setattr(TL, "_lib_error", None)
+    monkeypatch.setattr(TL._native, "lib", None)
+    monkeypatch.setattr(TL._native, "why", None)
     assert "is not an instruction set name" in TL.load_error()
 
 

@@ -162,8 +162,8 @@ def _tail_bytes(monkeypatch, tmp_path, target: str, cc: str | None = None) -> by
     monkeypatch.delenv(TS.CFLAGS_ENV, raising=False)  # the default build
     if cc:
         monkeypatch.setenv("CC", cc)
-    monkeypatch.setattr(TS, "_lib", None)
-    monkeypatch.setattr(TS, "_lib_error", None)
+    monkeypatch.setattr(TS._native, "lib", None)
+    monkeypatch.setattr(TS._native, "why", None)
     assert TS.load_error() is None, TS.load_error()
     assert f"-march={target}" in TS.build_flags() and "-ffp-contract=off" in TS.build_flags()
     got, _ = _run_native("grad", "all", torch.tensor(CLIP))
@@ -192,8 +192,8 @@ def test_without_the_tail_the_tiny_layout_is_unavailable(monkeypatch, tmp_path):
     from arithsweep.core.training.train import choose_layout
 
     TL.load_error()  # the kernel itself loads
-    monkeypatch.setattr(TS, "_lib", None)
-    monkeypatch.setattr(TS, "_lib_error", None)
+    monkeypatch.setattr(TS._native, "lib", None)
+    monkeypatch.setattr(TS._native, "why", None)
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     monkeypatch.setenv("ARITHSWEEP_CACHE", str(tmp_path))
     why = TL.load_error()

@@ -173,8 +173,8 @@ def test_train_picks_the_layout_by_itself_and_explains_it():
 
 def test_without_a_compiler_training_falls_back_to_the_reference_layout(monkeypatch,
                                                                          tmp_path):
-    monkeypatch.setattr(TL, "_lib", None)
-    monkeypatch.setattr(TL, "_lib_error", None)
+    monkeypatch.setattr(TL._native, "lib", None)
+    monkeypatch.setattr(TL._native, "why", None)
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     monkeypatch.setenv("ARITHSWEEP_CACHE", str(tmp_path))
     why = TL.load_error()

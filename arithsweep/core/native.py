@@ -6,9 +6,10 @@ Four sources use it: the tiny layout's training kernel, optimiser tail and ties
 compiled once per machine and CPU kind into ~/.cache/arithsweep/kernels (or $ARITHSWEEP_CACHE)
 and loaded with ctypes; without a compiler its caller says why and uses its torch path.
 
-    from arithsweep.core.native import load_library
-    lib, why = load_library(path_to_c_source, ["-O3", "-shared", "-fPIC"], "the helper",
-                            declare=lambda lib: None)   # declare: its functions' argtypes
+    from arithsweep.core.native import Library
+    helper = Library(path_to_c_source, lambda: ["-O3", "-shared", "-fPIC"], "the helper",
+                     declare=lambda lib: None)   # declare: its functions' argtypes
+    helper.error() or helper.lib.some_function(...)
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -119,3 +121,27 @@ def load_library(source: Path, flags: list[str], what: str,
     if lib is not None:
         declare(lib)
     return lib, why
+
+
+class Library:
+    """One C helper of this process: built and loaded by the first `error()`, under a lock,
+    then kept (`lib`), or the reason it could not be (`why`), which is not retried. `flags`
+    is called at that load, so the environment then ($ARITHSWEEP_KERNEL_TARGET, ...) counts;
+    a test that needs another build sets `lib` and `why` back to None."""
+
+    def __init__(self, source: Path, flags: Callable[[], list[str]], what: str,
+                 declare: Callable[[ctypes.CDLL], None]) -> None:
+        self.source, self.flags, self.what, self.declare = source, flags, what, declare
+        self.lib: ctypes.CDLL | None = None
+        self.why: str | None = None
+        self._lock = threading.Lock()
+
+    def error(self) -> str | None:
+        """None once loaded, else why not (no C compiler, a bad target, ...)."""
+        if self.lib is not None:  # loaded: no lock (asked every step)
+            return None
+        with self._lock:
+            if self.lib is None and self.why is None:
+                self.lib, self.why = load_library(self.source, self.flags(), self.what,
+                                                  self.declare)
+        return self.why

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import threading
 from pathlib import Path
 
 import torch
@@ -27,23 +26,13 @@ from arithsweep.core import native
 _SOURCE = Path(__file__).with_name("hash_rows.c")
 OFF_ENV = "ARITHSWEEP_NATIVE_ROWS"  # "0": the torch ops (a check, or a machine without cc)
 MODES = (0, 1, 4)  # hash_sampling's uniform, values, values of one shared length
-_lib: ctypes.CDLL | None = None
-_why: str | None = None
-_lock = threading.Lock()
 
 
 def available() -> str | None:
     """None when the C rows are in use, else why not."""
-    global _lib, _why
     if os.environ.get(OFF_ENV, "").strip() == "0":
         return f"{OFF_ENV}=0"
-    with _lock:
-        if _lib is None and _why is None:
-            # integer code: the bits are the same for every target, -march only speeds it
-            _lib, _why = native.load_library(
-                _SOURCE, ["-O3", "-shared", "-fPIC", f"-march={native.target()}"],
-                "the hash sampler's C rows", _declare)
-    return _why
+    return _native.error()
 
 
 def usable(*tensors: Tensor) -> bool:
@@ -59,7 +48,7 @@ def draw(key: Tensor, mode: Tensor, cap: Tensor, n_digits: int) -> tuple[Tensor,
     """Operands a, b (N,) of candidate rows, every mode one of MODES (`usable` first)."""
     key, mode, cap = _int64(key), _int64(mode), _int64(cap)
     a, b = torch.empty_like(key), torch.empty_like(key)
-    _lib.rows_draw(key.numel(), key.data_ptr(), mode.data_ptr(), cap.data_ptr(), n_digits,
+    _native.lib.rows_draw(key.numel(), key.data_ptr(), mode.data_ptr(), cap.data_ptr(), n_digits,
                    a.data_ptr(), b.data_ptr())
     return a, b
 
@@ -71,7 +60,7 @@ def held(a: Tensor, b: Tensor, op: Tensor, edges: list[tuple[int, int, int]],
     a, b, op = (_int64(x.expand(shape)).view(-1) for x in (a, b, op))
     e = torch.tensor(edges or [(0, 0, 0)], dtype=torch.int64)
     out = torch.empty(a.shape, dtype=torch.uint8)
-    _lib.rows_held(a.numel(), a.data_ptr(), b.data_ptr(), op.data_ptr(), len(edges),
+    _native.lib.rows_held(a.numel(), a.data_ptr(), b.data_ptr(), op.data_ptr(), len(edges),
                    e.data_ptr(), n_ops, out.data_ptr())
     return out.view(shape).bool()
 
@@ -84,7 +73,7 @@ def pick(key0: Tensor, skey: Tensor, B: int, R: int, mode: Tensor, cap: Tensor, 
     a, b = torch.empty_like(key0), torch.empty_like(key0)
     pool = torch.empty(key0.shape, dtype=torch.uint8)
     e = torch.tensor(edges or [(0, 0, 0)], dtype=torch.int64)
-    _lib.rows_pick(key0.numel(), key0.data_ptr(), skey.data_ptr(), B, R, mode.data_ptr(),
+    _native.lib.rows_pick(key0.numel(), key0.data_ptr(), skey.data_ptr(), B, R, mode.data_ptr(),
                    cap.data_ptr(), n_digits, op, len(edges), e.data_ptr(), n_ops, a.data_ptr(),
                    b.data_ptr(), pool.data_ptr())
     return a, b, pool.bool()
@@ -105,7 +94,7 @@ def encode(parts: list, n_rows: int, seq_len: int) -> Tensor:
     prog_t = torch.tensor(prog, dtype=torch.int32)
     ptrs = (ctypes.c_void_p * max(1, len(nums)))(*[x.data_ptr() for x in nums])
     out = torch.empty((n_rows, seq_len), dtype=torch.uint8)
-    _lib.rows_encode(n_rows, ptrs, prog_t.data_ptr(), len(parts), out.data_ptr(), seq_len)
+    _native.lib.rows_encode(n_rows, ptrs, prog_t.data_ptr(), len(parts), out.data_ptr(), seq_len)
     return out
 
 
@@ -117,3 +106,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.rows_pick.argtypes = [i64, p, p, i64, i, p, p, i, i64, i, p, i, p, p, p]
     for f in (lib.rows_draw, lib.rows_held, lib.rows_encode, lib.rows_pick):
         f.restype = None
+
+
+# integer code: the bits are the same for every target, -march only speeds it
+_native = native.Library(_SOURCE, lambda: ["-O3", "-shared", "-fPIC", f"-march={native.target()}"],
+                         "the hash sampler's C rows", _declare)

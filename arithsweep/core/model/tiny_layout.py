@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -56,9 +55,6 @@ CFLAGS_ENV = "ARITHSWEEP_KERNEL_CFLAGS"
 (F_POS, F_NORM, F_QKNORM, F_ROPE, F_ROPE_IL, F_FINAL, F_RELU, F_SWIGLU, F_GELU, F_LAYER,
  F_NBIAS) = (1 << i for i in range(11))
 N_WEIGHTS = 18  # effective_weights' list
-_lib: ctypes.CDLL | None = None
-_lib_error: str | None = None
-_lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
 
@@ -83,10 +79,7 @@ def load_error() -> str | None:
     """None once the kernel, the step's optimiser tail (tiny_step.py) and the ties
     (tiny_ties.py) are built and loaded, else why not (no C compiler, ...): a tiny-layout
     run takes all three, so that its floats are always one arithmetic's."""
-    if _lib is not None and tiny_step._lib is not None and tiny_ties._lib is not None:
-        return None  # all loaded (asked every step: no locks)
-    _load()
-    return _lib_error or tiny_step.load_error() or tiny_ties.load_error()
+    return _native.error() or tiny_step.load_error() or tiny_ties.load_error()
 
 
 def build_flags() -> list[str]:
@@ -103,12 +96,6 @@ def library_path(cc: str, flags: list[str]) -> Path:
     return native.library_path(_SOURCE, cc, flags)
 
 
-def _load() -> None:
-    global _lib, _lib_error
-    with _lock:
-        if _lib is None and _lib_error is None:
-            _lib, _lib_error = native.load_library(_SOURCE, build_flags(), "the tiny kernel",
-                                                   _declare)
 
 
 def _declare(lib: ctypes.CDLL) -> None:
@@ -120,6 +107,9 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.tiny_logits.argtypes = [p, ctypes.c_float, ctypes.c_float, p, ctypes.c_int, p, p,
                                 p, p, p]
     lib.tiny_logits.restype = None
+
+
+_native = native.Library(_SOURCE, build_flags, "the tiny kernel", _declare)
 
 
 def _threads(n: int) -> ThreadPoolExecutor:
@@ -192,7 +182,7 @@ class _Plan:
     (member, first tile, end tile, output slot), spread over the threads."""
 
     def __init__(self, dims: tuple[int, ...], members: tuple[int, ...], threads: int):
-        lib = _lib
+        lib = _native.lib
         assert lib is not None
         self.dims = torch.tensor(dims, dtype=torch.int32)
         self.K, n_tiles = dims[10], dims[11]
@@ -234,7 +224,7 @@ class _TinyLoss(torch.autograd.Function):
         # tok (K or 1, B, Tt) uint8, mask (K or 1, B, Tm) 0/1 bytes, msum (K,) float64: each
         # member's answer positions (at least 1); w: the N_WEIGHTS effective weights, then
         # with `ties` its owned tensors, whose gradients its backward forms by hand
-        lib, K, G = _lib, plan.K, plan.G
+        lib, K, G = _native.lib, plan.K, plan.G
         assert lib is not None
         ws, ptrs = _pointers(w[:N_WEIGHTS])
         # every slot is written; NaN until then, so a kernel that could not run fails loudly
@@ -389,7 +379,7 @@ def tiny_logits(model, inputs: Tensor, from_pos: int) -> Tensor:
         ws, ptrs = _pointers(w)
         Tq, V = Ti - from_pos, model.cfg.vocab_size
         out = torch.empty(K, n_tiles, Tq, V, LANES)
-        lib = _lib
+        lib = _native.lib
         assert lib is not None
         _run(plan, lambda chunks, n: lib.tiny_logits(
             plan.dims.data_ptr(), model.cfg.norm_eps, model.cfg.qk_head ** -0.5, chunks, n,

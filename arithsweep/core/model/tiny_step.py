@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import threading
 from pathlib import Path
 
 import torch
@@ -34,9 +33,6 @@ from arithsweep.core import native
 _SOURCE = Path(__file__).with_name("tiny_step.c")
 CFLAGS_ENV = "ARITHSWEEP_KERNEL_CFLAGS"  # the kernel's extra flags (tiny_layout.CFLAGS_ENV)
 G_OFF, G_EMA, G_INIT = 0, 1, 2  # the C file's Grokfast modes
-_lib: ctypes.CDLL | None = None
-_lib_error: str | None = None
-_lock = threading.Lock()
 
 
 def build_flags() -> list[str]:
@@ -48,20 +44,16 @@ def build_flags() -> list[str]:
 
 def load_error() -> str | None:
     """None once the tail is built and loaded, else why not (no C compiler, ...)."""
-    global _lib, _lib_error
-    if _lib is not None:  # loaded: no lock (asked every step)
-        return None
-    with _lock:
-        if _lib is None and _lib_error is None:
-            _lib, _lib_error = native.load_library(_SOURCE, build_flags(),
-                                                   "the tiny step's optimiser tail", _declare)
-    return _lib_error
+    return _native.error()
 
 
 def _declare(lib: ctypes.CDLL) -> None:
     p, i = ctypes.c_void_p, ctypes.c_int
     lib.tiny_step.argtypes = [i, i, p, p, p, p, p, p, p, i, p, p, p, p, p, p, p]
     lib.tiny_step.restype = None
+
+
+_native = native.Library(_SOURCE, build_flags, "the tiny step's optimiser tail", _declare)
 
 
 def _addresses(ts: list[Tensor]) -> ctypes.Array:
@@ -160,8 +152,9 @@ class NativeTail:
         for x in (alive, running):
             assert x.dtype == torch.bool and x.is_contiguous() and x.numel() == self.K
         assert o.t.dtype == torch.float32 and lr.numel() == clip.numel() == self.K
-        assert _lib is not None
-        _lib.tiny_step(self.K, len(self.params), ptr(self.n.data_ptr()),
+        lib = _native.lib
+        assert lib is not None
+        lib.tiny_step(self.K, len(self.params), ptr(self.n.data_ptr()),
                        ptr(self.decay.data_ptr()), self.p, g, self.m, self.v, e, mode,
                        ptr(h.data_ptr()), ptr(o.t.data_ptr()), ptr(lr.data_ptr()),
                        ptr(wd.data_ptr()), ptr(clip.data_ptr()), ptr(alive.data_ptr()),

@@ -30,7 +30,6 @@ weights and gradients against torch's autograd.
 from __future__ import annotations
 
 import ctypes
-import threading
 import weakref
 from pathlib import Path
 
@@ -50,9 +49,6 @@ QK_NORM = {"none": 0, "head": 1, "shared": 2, "scalar": 3}
 DOWN = {"own": 1, "up_t": 2, "up_t_rot": 3}
 N_RAW, N_EFF = 10, 10
 W_E, W_G, W_Q, W_K, W_O, W_QN, W_KN, W_GATE, W_UP, W_DOWN = range(N_EFF)
-_lib: ctypes.CDLL | None = None
-_lib_error: str | None = None
-_lock = threading.Lock()
 # model -> its Ties: a step asks twice (loss, evaluation), and building one costs ~20 us of
 # Python; weak, so a dropped model's entry goes with it
 _cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -60,14 +56,7 @@ _cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def load_error() -> str | None:
     """None once the ties' C is built and loaded (the kernel's flags), else why not."""
-    global _lib, _lib_error
-    if _lib is not None:  # loaded: no lock (asked every step)
-        return None
-    with _lock:
-        if _lib is None and _lib_error is None:
-            _lib, _lib_error = native.load_library(_SOURCE, tiny_step.build_flags(),
-                                                   "the tiny layout's ties", _declare)
-    return _lib_error
+    return _native.error()
 
 
 def _declare(lib: ctypes.CDLL) -> None:
@@ -75,6 +64,9 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.ties_forward.argtypes = [p, ctypes.c_float, p, p, p]
     lib.ties_backward.argtypes = [p, ctypes.c_float, p, p, p, p, ctypes.c_int64, p, p]
     lib.ties_forward.restype = lib.ties_backward.restype = None
+
+
+_native = native.Library(_SOURCE, tiny_step.build_flags, "the tiny layout's ties", _declare)
 
 
 def _unsupported(model) -> bool:
@@ -175,9 +167,10 @@ class Ties:
         # a fresh block each call: the kernel's autograd context keeps the last one's views
         buf = torch.empty(self.total)
         self.eff = [t.view(K, *s) for t, s in zip(buf.split(self.sizes), self.shapes)]
-        assert _lib is not None
+        lib = _native.lib
+        assert lib is not None
         self.c_eff = (ctypes.c_void_p * N_EFF)(*[t.data_ptr() for t in self.eff])
-        _lib.ties_forward(self.c_dims, self.radius, self.c_pattern, self._raw(), self.c_eff)
+        lib.ties_forward(self.c_dims, self.radius, self.c_pattern, self._raw(), self.c_eff)
         e = self.eff
         qn, kn = (e[W_QN], e[W_KN]) if cfg.qk_norm != "none" else (None, None)
         gate = e[W_GATE] if self.mlp and cfg.activation == "swiglu" else None
@@ -199,8 +192,9 @@ class Ties:
         gptr = (ctypes.c_void_p * N_RAW)(*[0 if t is None else t.data_ptr() for t in grads])
         # a C int64 array, not a torch tensor: the same bytes without a torch call
         off = (ctypes.c_int64 * len(offs))(*[o if p else -1 for o, p in zip(offs, present)])
-        assert _lib is not None and g.is_contiguous() and g.shape[0] == K
-        _lib.ties_backward(self.c_dims, self.radius, self.c_pattern, self._raw(),
-                           self.c_eff if eff is None else eff,
-                           ctypes.c_void_p(g.data_ptr()), g.shape[1], off, gptr)
+        lib = _native.lib
+        assert lib is not None and g.is_contiguous() and g.shape[0] == K
+        lib.ties_backward(self.c_dims, self.radius, self.c_pattern, self._raw(),
+                          self.c_eff if eff is None else eff,
+                          ctypes.c_void_p(g.data_ptr()), g.shape[1], off, gptr)
         return grads
