@@ -121,9 +121,10 @@ def test_add10_on_the_published_board_starts_from_its_smallest_entry(tmp_path):
     assert plan == (f"searching space tbukic below {best['params']} p (its smallest point "
                     "14 p); at most 1 trial in all (--trials), no time budget"), plan
     assert rest and rest[-1].startswith("error: cannot join Ray")
-    # --fresh: the space's start point (tbukic's 44 p), no bound until a model is verified
+    # --fresh: the space's start points (tbukic's 36 p, then its 44 p), no bound until a
+    # model is verified
     first, plan, error = _stopped_at_ray(lb, tmp_path / "searches", "--fresh")
-    assert first == "starting from space tbukic's start point (44 p), as --fresh asks"
+    assert first == "starting from space tbukic's start points (36 p, then 44 p), as --fresh asks"
     assert plan.startswith("searching space tbukic from its start point down (its smallest "
                            "point 14 p)"), plan
     assert error.startswith("error: cannot join Ray")

@@ -129,7 +129,8 @@ def settle(opts: Any, space: Space, task: str, start: dict | None, unused: str |
         inc = start and int(start["params"])
         if not opts.frontier:  # --frontier trains every size: the start bounds nothing
             check_room(space, task, start, opts.max_params, smallest)
-        where = (f"from space {space.name}'s start point ({_start_size(space, task)} p)"
+        where = (f"from space {space.name}'s start point{'s' if len(space.start) > 1 else ''} "
+                 f"({_start_size(space, task)})"
                  if space.start else f"from space {space.name}'s first samples (it names no "
                  "start point)")
         first = "starting " + (start["note"] if start else unused or (
@@ -139,13 +140,15 @@ def settle(opts: Any, space: Space, task: str, start: dict | None, unused: str |
                  + "; " + _how_long(cap, why, ran, opts.time_budget)]
 
 
-def _start_size(space: Space, task: str) -> int | str:
-    """Unique parameters of the space's first start point ('?' if it is not a valid model)."""
+def _start_size(space: Space, task: str) -> str:
+    """The unique parameters of the space's start points, in the order a new search tries them
+    ("36 p" or "36 p, then 44 p"; "?" for a point that is not a valid model)."""
     from arithsweep.search.propose.shrink import _full_config
     from arithsweep.search.trials.configs import ProposalSizer
 
-    config = _full_config(space, space.start[0])
-    return (ProposalSizer({"task": task})(config) if config else 0) or "?"
+    sizer = ProposalSizer({"task": task})
+    sizes = [(sizer(c) if (c := _full_config(space, p)) else 0) or "?" for p in space.start]
+    return ", then ".join(f"{n} p" for n in sizes)
 
 
 def _read(path: Path) -> dict[str, Any]:
