@@ -238,3 +238,41 @@ def test_a_trial_state_of_another_arithmetic_trains_again_from_step_0(monkeypatc
          "metrics": {"eval_exact_match": 0.97}}))
     row = first_row("other")
     assert row["step"] == 100 and row["best_em"] == row["em"] < 0.97
+
+
+def test_a_version_that_moved_another_kind_keeps_a_runs_floats(monkeypatch):
+    """A version names the kinds of run it moved: a tiny-layout checkpoint of 5 retrains at
+    any commit of 5 and of a 6 that moved only the reference layout, a reference one at 5's
+    last commit; a training state resumes so too. The kind comes from the meta's layout and
+    device, else from where it repeats; a finish command's output claims no kind."""
+    import arithsweep.core.arithmetic as A
+    from arithsweep.core.training.resume import _check_doc
+
+    six = {**A.VERSIONS, 5: A.Version(first="92b8369", last="aaaaaaa", retrain="aaaaaaa",
+                                      moved=("tiny",)),
+           6: A.Version(first="bbbbbbb", last=None, retrain=None, moved=("reference", "cuda"))}
+    monkeypatch.setattr(A, "VERSIONS", six)
+    monkeypatch.setattr(A, "ARITHMETIC", 6)
+    tiny = {"arithmetic": 5, "device": "cpu", "layout": "tiny", "repeats": "any x86-64"}
+    old_tiny = {"arithmetic": 5, "device": "cpu", "repeats": "any x86-64 with AVX2 or AVX-512"}
+    ref = {"arithmetic": 5, "device": "cpu", "layout": "reference"}
+    assert [A.kind_of(m) for m in (tiny, old_tiny, ref)] == ["tiny", "tiny", "reference"]
+    assert A.kind_of({**tiny, "device": "cuda:0"}) == "cuda"
+    assert A.kind_of({**tiny, "finished_from": "ab"}) is None and A.kind_of({}) is None
+    assert A.same_floats(5, "tiny") and not A.same_floats(5, "reference")
+    assert not A.same_floats(4, "reference") and not A.same_floats(5, None)
+    assert A.same_floats(3, "tiny") is False  # 4 and 5 moved the tiny layout
+    assert A.retrain_commit(5, "tiny") is None and A.retrain_commit(5, "reference") == "aaaaaaa"
+    assert A.retrains({"meta": tiny}) == (
+        "arithmetic 5, retrains bit for bit at any commit of arithmetic 5 to 6 (no version "
+        "since moved a tiny run's floats) that reads its config (from 92b8369 on)")
+    assert "at commit aaaaaaa" in A.retrains({"meta": {**ref, "repeats": "a machine"}})
+    state = {"format": "arithsweep-train-state", "arithmetic": 5, "device": "cpu"}
+    from arithsweep.core.training import resume as R
+    state.update(format=R.STATE_FORMAT, state_version=R.STATE_VERSION,
+                 arithsweep_version=R.__version__)
+    _check_doc(Path("s"), {**state, "layout": "tiny"}, continuing=True)  # goes on
+    with pytest.raises(CheckpointError, match="written with arithmetic 5"):
+        _check_doc(Path("s"), {**state, "layout": "reference"}, continuing=True)
+    with pytest.raises(CheckpointError, match="written with arithmetic 5"):
+        _check_doc(Path("s"), state, continuing=True)  # no layout recorded: refused

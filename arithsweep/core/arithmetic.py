@@ -49,6 +49,13 @@ ARITHMETIC = 5
 FIELD = "arithmetic"  # its key in a checkpoint's meta and in a training state
 
 
+# The kinds of run whose floats a version may move: the tiny layout on a CPU, the reference
+# layout on a CPU, and any run on a GPU. A run keeps its floats across a version that moved
+# another kind (3 to 5 moved the tiny layout's alone), so its checkpoint retrains, and its
+# training state goes on, at any commit from its own version to the first that moved its kind.
+KINDS = ("tiny", "reference", "cuda")
+
+
 @dataclass(frozen=True)
 class Version:
     first: str | None  # its first commit (None: the first version)
@@ -57,16 +64,45 @@ class Version:
     # entry's commands were run again to the same weights, else its last commit (which has
     # every feature a config of that version may use)
     retrain: str | None
+    moved: tuple[str, ...] = KINDS  # the kinds of run it gave other floats than the version before
 
 
 # Bumping ARITHMETIC: give the old version its last commit (and retrain commit), add the new one
 VERSIONS = {
     1: Version(first=None, last="970b2be", retrain="8d8bf16"),  # entry 60's commands, checked
     2: Version(first="3bb0c50", last="8701213", retrain="8701213"),
-    3: Version(first="b48b8b8", last="a0e9ca1", retrain="a0e9ca1"),
-    4: Version(first="0533952", last="07dfba1", retrain="07dfba1"),
-    5: Version(first="92b8369", last=None, retrain=None),
+    3: Version(first="b48b8b8", last="a0e9ca1", retrain="a0e9ca1", moved=("tiny",)),
+    4: Version(first="0533952", last="07dfba1", retrain="07dfba1", moved=("tiny",)),
+    5: Version(first="92b8369", last=None, retrain=None, moved=("tiny",)),
 }
+
+
+def kind_of(meta: dict[str, Any] | None) -> str | None:
+    """The kind of run (KINDS) a checkpoint's meta or a training state's doc records: its
+    "layout" and "device" (written from arithmetic 6 on), else what its "repeats" says (only
+    the tiny layout on a CPU repeats on any x86-64); None where neither says."""
+    meta = meta or {}
+    device, layout = str(meta.get("device", "")), meta.get("layout")
+    if meta.get("finished_from"):  # `arithsweep finish`'s output: CMA-ES's numpy algebra too
+        return None
+    if device.startswith("cuda"):
+        return "cuda"
+    if layout in ("tiny", "reference"):
+        return str(layout)
+    repeats = meta.get("repeats")
+    if not repeats:
+        return None
+    return "tiny" if str(repeats).startswith("any x86-64") else "reference"
+
+
+def same_floats(version: int, kind: str | None) -> bool:
+    """Does this arithsweep train a `kind` run of `version` to its floats? Yes for its own
+    version, and for an older one when no version since moved that kind's floats."""
+    if version == ARITHMETIC:
+        return True
+    if version not in VERSIONS or kind is None:
+        return False
+    return all(kind not in VERSIONS[v].moved for v in range(version + 1, ARITHMETIC + 1))
 
 
 def version_of(doc: dict[str, Any] | None) -> int:
@@ -76,25 +112,30 @@ def version_of(doc: dict[str, Any] | None) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else 1
 
 
-def retrain_commit(version: int) -> str | None:
-    """The commit that trains `version`'s floats: None for this arithsweep's own version (any
-    commit of it does) and for a version newer than this arithsweep knows."""
+def retrain_commit(version: int, kind: str | None = None) -> str | None:
+    """The commit that trains `version`'s floats: None for this arithsweep's own version and
+    for an older one whose `kind` of run no version since moved (any commit of either does),
+    and for a version newer than this arithsweep knows."""
     known = VERSIONS.get(version)
-    if known is None or version == ARITHMETIC:
+    if known is None or same_floats(version, kind):
         return None
     return known.retrain or known.last
 
 
-def at_commit(version: int) -> str:
-    """"retrains bit for bit at commit C (how to get C)" for a checkpoint of `version`."""
+def at_commit(version: int, kind: str | None = None) -> str:
+    """"retrains bit for bit at commit C (how to get C)" for a checkpoint of `version` trained
+    by a `kind` run."""
     if version not in VERSIONS:
         return (f"newer than this arithsweep's {ARITHMETIC}: retrains bit for bit with the "
                 f"arithsweep that trained it")
-    commit = retrain_commit(version)
-    if commit is None:  # this version: named by its first commit, any later one of it does
+    commit = retrain_commit(version, kind)
+    if commit is None:  # named by its first commit, any later one that keeps its floats does
         # (a config field added later, such as cull, needs a commit that reads it)
-        return (f"retrains bit for bit at any commit of arithmetic {version} that reads its "
-                f"config (from {VERSIONS[version].first} on)")
+        which = (f"arithmetic {version}" if version == ARITHMETIC else
+                 f"arithmetic {version} to {ARITHMETIC} (no version since moved a {kind} "
+                 f"run's floats)")
+        return (f"retrains bit for bit at any commit of {which} that reads its config (from "
+                f"{VERSIONS[version].first} on)")
     return (f"retrains bit for bit at commit {commit} (`git checkout {commit}` or "
             f"`pip install git+<repo>@{commit}`)")
 
@@ -108,7 +149,7 @@ def retrains(config: dict[str, Any]) -> str:
     if not meta.get("repeats"):
         return (f"arithmetic {v}, trained before the kernel's rounding was pinned: no commit "
                 f"retrains it bit for bit")
-    return f"arithmetic {v}, {at_commit(v)}"
+    return f"arithmetic {v}, {at_commit(v, kind_of(meta))}"
 
 
 def state_refused(what: str, version: int) -> str:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from arithsweep import __version__
-from arithsweep.core.arithmetic import retrain_commit, retrains, version_of
+from arithsweep.core.arithmetic import kind_of, retrain_commit, retrains, version_of
 from arithsweep.core.errors import ArithsweepError
 from arithsweep.core.hashing import sha256_file
 from arithsweep.leaderboard.tables import COLUMNS, _md_table, cells
@@ -81,7 +81,8 @@ def arithmetic_fields(config: dict[str, Any]) -> dict[str, Any]:
     """An entry's "arithmetic", "retrain_commit" and "retrains", from its config.json."""
     meta = config.get("meta") if isinstance(config.get("meta"), dict) else {}
     v = version_of(meta)
-    return {"arithmetic": v, "retrain_commit": retrain_commit(v) if meta.get("repeats") else None,
+    commit = retrain_commit(v, kind_of(meta)) if meta.get("repeats") else None
+    return {"arithmetic": v, "retrain_commit": commit,
             "retrains": retrains(config)}
 
 

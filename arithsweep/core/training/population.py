@@ -275,6 +275,9 @@ class _PackRun:
             tensors.update(prefixed(rt, f"result{j}."))
             docs.append(rd)
         doc = {"task": self.task.name, "format_name": self.task.fmt.name,
+               # the kind of run (arithmetic.kind_of): a resume under a later arithmetic goes
+               # on where no version since moved this kind's floats
+               "layout": self.results[0].layout, "device": str(self.device),
                "model": self.model_cfg.to_dict(), "train": [c.to_dict() for c in self.cfgs],
                "finished": self.finished, "loss_n": self.loss_n, "filtered": self.filtered,
                "elapsed": self._elapsed(), "outside": self.outside, "data": data_doc,

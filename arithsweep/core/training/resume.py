@@ -40,7 +40,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from arithsweep import __version__
-from arithsweep.core.arithmetic import ARITHMETIC, state_refused, version_of
+from arithsweep.core.arithmetic import ARITHMETIC, kind_of, same_floats, state_refused, version_of
 from arithsweep.core.arithmetic import FIELD as ARITH_FIELD
 from arithsweep.core.errors import CheckpointError
 from arithsweep.core.hashing import sha256_file
@@ -165,7 +165,8 @@ def _check_doc(path: Path, doc: dict[str, Any], continuing: bool) -> None:
         raise CheckpointError(f"{path}: written by arithsweep {doc.get('arithsweep_version')}, "
                               f"this is {__version__}; a run resumes bit for bit only with "
                               f"the version that started it")
-    if continuing and version_of(doc) != ARITHMETIC:
+    # a state of an older version goes on where no version since moved its kind's floats
+    if continuing and not same_floats(version_of(doc), kind_of(doc)):
         raise CheckpointError(state_refused(str(path), version_of(doc)))
 
 

@@ -163,7 +163,8 @@ class TrainResult:
                    "steps": self.steps, "wall_time": round(self.wall_time, 3)}
         info = {"seed": self.train_cfg.seed + self.best_seed, "seed_index": self.best_seed,
                 "steps": self.steps, "wall_time": round(self.wall_time, 3),
-                "device": self.device, "repeats": repeats(self.layout, self.device),
+                "device": self.device, "layout": self.layout,
+                "repeats": repeats(self.layout, self.device),
                 **(meta or {})}
         # a continued run's checkpoint carries its start, so its --config runs anywhere
         cfg, start = keep_start(self.train_cfg, path)
