@@ -9,9 +9,9 @@ clipping sum took another order than a 2-member run's, and 32 x 64 rows, which t
 pack-wide split cut in two.
 
 A third was the reference layout's folded LayerNorm bias, W^T beta for the projection a norm
-feeds: a matrix-vector torch.bmm, which rounds member 0 one way for K = 1 (BLAS's gemv) and
-another for K > 1 once d * d_out >= 400, forward and backward. `layers.member_matvec` sums it
-by a fixed pairwise tree instead; the d_model 16 tests below parted before it.
+feeds: a matrix-vector torch.bmm, which sums in index order for K > 1 but hands K = 1 to BLAS's
+gemv, another order once d * d_out >= 400, forward and backward. `layers.member_matvec` takes
+the K > 1 order for every K; the d_model 16 tests below parted before it.
 """
 
 from __future__ import annotations
@@ -124,6 +124,9 @@ def test_the_folded_bias_product_has_the_same_bits_for_any_k(d_out, d):
                             for x in (wt, beta, up)))
         for want, got in zip(alone, packed):
             assert torch.equal(want, got), k
+        # the order torch.bmm takes for K > 1 (torch 2.13, x86-64): a pack keeps its floats
+        wts, betas = (torch.cat([x[None]] * k) for x in (wt, beta))
+        assert torch.equal(torch.bmm(wts, betas.unsqueeze(2))[0, :, 0], alone[0]), k
 
 
 def test_a_members_gradient_norm_has_the_same_bits_in_any_pack():

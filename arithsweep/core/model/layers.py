@@ -120,39 +120,38 @@ def _project(x: Tensor, wt: Tensor, b: Tensor | None) -> Tensor:
     return torch.bmm(wt, x) if b is None else torch.baddbmm(b.unsqueeze(2), wt, x)
 
 
-def tree_sum(x: Tensor) -> Tensor:
-    """x (..., n) -> (...): the sum over the last dim by a pairwise tree fixed by n alone (zero
-    padded to the next power of two, then halved elementwise). An elementwise add rounds each
-    sum by itself, so a member's sums have the same bits whatever else is batched beside it."""
-    n = x.shape[-1]
-    width = 1 << (n - 1).bit_length()  # + 0.0 changes no finite sum's value
-    if width != n:
-        x = F.pad(x, (0, width - n))
-    while width > 1:
-        width //= 2
-        x = x[..., :width] + x[..., width:]
-    return x.squeeze(-1)
+def ordered_sum(x: Tensor) -> Tensor:
+    """x (..., n) -> (...): ((0 + x_0) + x_1) + ... + x_{n-1}, one elementwise add per term.
+    An elementwise add rounds each sum by itself, so a member's sums have the same bits
+    whatever else is batched beside it; and this is the order torch's own loop takes for a
+    K > 1 matrix-vector bmm, so a pack keeps the floats it had before (`_MemberMatVec`)."""
+    acc = x[..., 0] + 0.0  # 0 + x_0, as that loop starts: -0.0 becomes +0.0
+    for i in range(1, x.shape[-1]):
+        acc = acc + x[..., i]
+    return acc
 
 
 class _MemberMatVec(torch.autograd.Function):
     """W^T beta per member, wt (K, d_out, d), beta (K, d) -> (K, d_out), forward and backward
-    as fixed pairwise trees (`tree_sum`) over products instead of a matrix-vector torch.bmm.
+    summed in index order by elementwise adds (`ordered_sum`) instead of by torch.bmm.
 
-    torch.bmm of such a (K, d_out, d) x (K, d, 1) product rounds member 0 differently for K = 1
-    than for K > 1 once d * d_out >= 400 (torch 2.13 on x86-64, forward and backward, measured):
-    the folded LayerNorm bias made a member part from its run alone (issue 55). The trees cost
-    ~d * d_out per member, nothing beside the (d x N) activations' work."""
+    torch.bmm of such a (K, d_out, d) x (K, d, 1) product sums in index order for K > 1, but
+    for K = 1 hands a row-major matrix to BLAS's gemv, whose order differs once the product has
+    400 or more terms (torch 2.13 on x86-64, forward and backward, measured): the folded
+    LayerNorm bias made a member alone part from the same member in a pack (issue 55). Here
+    every K takes the K > 1 order. ~d + d_out small adds per norm, beside the (d x N) work."""
 
     @staticmethod
     def forward(ctx, wt: Tensor, beta: Tensor) -> Tensor:
         ctx.save_for_backward(wt, beta)
-        return tree_sum(wt * beta.unsqueeze(1))  # (K, d_out, d) -> (K, d_out)
+        return ordered_sum(wt * beta.unsqueeze(1))  # (K, d_out, d) -> (K, d_out)
 
     @staticmethod
     def backward(ctx, g: Tensor):  # g (K, d_out)
         wt, beta = ctx.saved_tensors
-        d_wt = g.unsqueeze(2) * beta.unsqueeze(1)  # (K, d_out, d): one product each, exact order
-        d_beta = tree_sum((wt * g.unsqueeze(2)).transpose(1, 2))  # sum over d_out -> (K, d)
+        # bmm's own: a product of one term each, 0 + g * beta (sign of zero included)
+        d_wt = g.unsqueeze(2) * beta.unsqueeze(1) + 0.0  # (K, d_out, d)
+        d_beta = ordered_sum((wt * g.unsqueeze(2)).transpose(1, 2))  # over d_out -> (K, d)
         return d_wt, d_beta
 
 
@@ -180,7 +179,7 @@ class _Norm(nn.Module):
             x = x - x.mean(1, keepdim=True)
         y = x * torch.rsqrt(x.square().mean(1, keepdim=True) + self.eps)  # (K, d, N)
         if self.bias is not None:
-            shift = member_matvec(wt, self.bias)  # (K, d_out), not a K-batched bmm
+            shift = member_matvec(wt, self.bias)  # (K, d_out), the same bits for any K
             b = shift if b is None else b + shift
         return _project(y, wt * self.weight.unsqueeze(1), b)
 
