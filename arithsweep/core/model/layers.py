@@ -120,6 +120,46 @@ def _project(x: Tensor, wt: Tensor, b: Tensor | None) -> Tensor:
     return torch.bmm(wt, x) if b is None else torch.baddbmm(b.unsqueeze(2), wt, x)
 
 
+def ordered_sum(x: Tensor) -> Tensor:
+    """x (..., n) -> (...): ((0 + x_0) + x_1) + ... + x_{n-1}, one elementwise add per term.
+    An elementwise add rounds each sum by itself, so a member's sums have the same bits
+    whatever else is batched beside it; and this is the order torch's own loop takes for a
+    K > 1 matrix-vector bmm, so a pack keeps the floats it had before (`_MemberMatVec`)."""
+    acc = x[..., 0] + 0.0  # 0 + x_0, as that loop starts: -0.0 becomes +0.0
+    for i in range(1, x.shape[-1]):
+        acc = acc + x[..., i]
+    return acc
+
+
+class _MemberMatVec(torch.autograd.Function):
+    """W^T beta per member, wt (K, d_out, d), beta (K, d) -> (K, d_out), forward and backward
+    summed in index order by elementwise adds (`ordered_sum`) instead of by torch.bmm.
+
+    torch.bmm of such a (K, d_out, d) x (K, d, 1) product sums in index order for K > 1, but
+    for K = 1 hands a row-major matrix to BLAS's gemv, whose order differs once the product has
+    400 or more terms (torch 2.13 on x86-64, forward and backward, measured): the folded
+    LayerNorm bias made a member alone part from the same member in a pack (issue 55). Here
+    every K takes the K > 1 order. ~d + d_out small adds per norm, beside the (d x N) work."""
+
+    @staticmethod
+    def forward(ctx, wt: Tensor, beta: Tensor) -> Tensor:
+        ctx.save_for_backward(wt, beta)
+        return ordered_sum(wt * beta.unsqueeze(1))  # (K, d_out, d) -> (K, d_out)
+
+    @staticmethod
+    def backward(ctx, g: Tensor):  # g (K, d_out)
+        wt, beta = ctx.saved_tensors
+        # bmm's own: a product of one term each, 0 + g * beta (sign of zero included)
+        d_wt = g.unsqueeze(2) * beta.unsqueeze(1) + 0.0  # (K, d_out, d)
+        d_beta = ordered_sum((wt * g.unsqueeze(2)).transpose(1, 2))  # over d_out -> (K, d)
+        return d_wt, d_beta
+
+
+def member_matvec(wt: Tensor, beta: Tensor) -> Tensor:
+    """wt (K, d_out, d), beta (K, d) -> (K, d_out), each member's bits independent of K."""
+    return _MemberMatVec.apply(wt, beta)
+
+
 class _Norm(nn.Module):
     eps = _EPS  # ModelConfig.norm_eps, set per model by weights.make_norm
 
@@ -139,7 +179,7 @@ class _Norm(nn.Module):
             x = x - x.mean(1, keepdim=True)
         y = x * torch.rsqrt(x.square().mean(1, keepdim=True) + self.eps)  # (K, d, N)
         if self.bias is not None:
-            shift = torch.bmm(wt, self.bias.unsqueeze(2)).squeeze(2)  # (K, d_out)
+            shift = member_matvec(wt, self.bias)  # (K, d_out), the same bits for any K
             b = shift if b is None else b + shift
         return _project(y, wt * self.weight.unsqueeze(1), b)
 
