@@ -82,7 +82,7 @@ VERSIONS = {
     3: Version(first="b48b8b8", last="a0e9ca1", retrain="a0e9ca1", moved=("tiny",)),
     4: Version(first="0533952", last="07dfba1", retrain="07dfba1", moved=("tiny",)),
     5: Version(first="92b8369", last="ec44aaa", retrain="ec44aaa", moved=("tiny",)),
-    6: Version(first="248a81c", last=None, retrain=None, moved=("reference", "cuda")),
+    6: Version(first="eb7a75a", last=None, retrain=None, moved=("reference", "cuda")),
 }
 
 
