@@ -49,17 +49,36 @@ def test_an_early_stopped_models_command_stops_its_retrain_there(ckpt):
 
 
 
-def test_a_torch_layout_pack_is_retrained_as_the_pack(ckpt):
-    """torch's batched kernels may round a pack of K otherwise than one seed alone (a mix6
-    pack of 2 and its seed 0 alone parted within 1,000 steps): such an entry's command is its
-    whole pack, stopped where it stopped."""
+def test_a_torch_layout_pack_before_arithmetic_6_is_retrained_as_the_pack(ckpt):
+    """Before arithmetic 6 torch's batched kernels rounded a pack of K otherwise than one seed
+    alone (a mix6 pack of 2 and its seed 0 alone parted within 1,000 steps): such an entry's
+    command is its whole pack, stopped where it stopped. From 6 on one seed repeats it on a
+    CPU, as in the tiny layout; a GPU run still names its pack."""
     doc = json.loads((ckpt / "config.json").read_text())
     doc["train"].update(layout="reference", seeds=2)
-    doc["meta"]["steps"] = doc["train"]["steps"] - 5
+    doc["meta"].update(steps=doc["train"]["steps"] - 5, arithmetic=5)
     (ckpt / "config.json").write_text(json.dumps(doc))
     cmd = reproduce_command(load_checkpoint(ckpt))
     assert "--seeds" not in cmd and "--seed " not in cmd
     assert cmd.endswith(f"--set stop_at={doc['train']['steps'] - 5} --set time_budget=0")
+    for arithmetic, device, alone in ((6, "cpu", True), (6, "cuda", False)):
+        doc["meta"].update(arithmetic=arithmetic, device=device)
+        (ckpt / "config.json").write_text(json.dumps(doc))
+        assert ("--seeds 1 --seed" in reproduce_command(load_checkpoint(ckpt))) == alone
     doc["train"]["layout"] = "tiny"
+    doc["meta"].update(arithmetic=5, device="cpu")
     (ckpt / "config.json").write_text(json.dumps(doc))
     assert "--seeds 1 --seed" in reproduce_command(load_checkpoint(ckpt))
+
+
+def test_the_whole_pack_line_says_whether_one_seed_repeats_it():
+    from arithsweep.leaderboard.provenance import pack_lines
+
+    row = {"train_config": {"seeds": 4, "seed": 8},
+           "reproduce": "arithsweep train --task add2 --config c.json --seeds 1 --seed 9"}
+    for meta, alone in (({"arithmetic": 6, "device": "cpu"}, True),
+                        ({"arithmetic": 5, "device": "cpu"}, False),
+                        ({"arithmetic": 6, "device": "cuda"}, False)):
+        text = " ".join(pack_lines(row, "p/config.json", {"meta": meta}))
+        assert "--seeds 4 --seed 8" in text
+        assert ("one seed alone trains to the same weights" in text) == alone, meta

@@ -55,6 +55,9 @@ from typing import Any
 #    models to other floats too. Tiny-layout, RMSNorm and bias-free runs keep 5's.
 ARITHMETIC = 6
 FIELD = "arithmetic"  # its key in a checkpoint's meta and in a training state
+# From this version on a member trains to the same bits alone as in any pack on a CPU, in the
+# reference layout too (the tiny layout from 2 on): one seed's command retrains it
+ALONE_AS_IN_A_PACK = 6
 
 
 # The kinds of run whose floats a version may move: the tiny layout on a CPU, the reference

@@ -33,7 +33,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from arithsweep.core.arithmetic import at_commit, version_of
+from arithsweep.core.arithmetic import ALONE_AS_IN_A_PACK, at_commit, version_of
 
 # where a search keeps what it finds, not what it finds: a path of the machine that ran it,
 # which a reader's copy of the command would trip over
@@ -278,8 +278,8 @@ def _resumed_minutes(summary: dict) -> str:
 def pack_reproduce(row: dict[str, Any], config_path: str) -> str | None:
     """The command that trains the entry's whole pack (every seed it was trained beside, from
     the pack's first), or None when it was trained alone. One seed alone gets the member's
-    initialisation and data, but a pack of the reference layout rounds differently from a
-    single run, so over tens of thousands of steps only the pack repeats the published run."""
+    initialisation and data; before arithmetic 6 a pack of the reference layout rounded
+    differently from a single run, so there only the pack repeats the published run."""
     t = row.get("train_config") or {}
     seeds, first = t.get("seeds"), t.get("seed")
     if not isinstance(seeds, int) or isinstance(seeds, bool) or seeds < 2 \
@@ -298,15 +298,22 @@ def pack_reproduce(row: dict[str, Any], config_path: str) -> str | None:
     return shlex.join(parts)
 
 
-def pack_lines(row: dict[str, Any], config_path: str) -> list[str]:
+def pack_lines(row: dict[str, Any], config_path: str,
+               config: dict[str, Any] | None = None) -> list[str]:
+    """"Or its whole pack ..." under the one-seed command, saying whether the seed alone
+    repeats the pack's numbers (a CPU run from arithmetic ALONE_AS_IN_A_PACK on)."""
     cmd = pack_reproduce(row, config_path)
     if cmd is None:
         return []
+    meta = (config or {}).get("meta") or {}
+    alone = (version_of(meta) >= ALONE_AS_IN_A_PACK
+             and str(meta.get("device", "cpu")) == "cpu")
+    why = ("one seed alone trains to the same weights as in it" if alone else
+           "one seed alone gets the same initialisation and data, but a pack of the "
+           "reference layout rounded differently from a single run before arithmetic "
+           f"{ALONE_AS_IN_A_PACK}, so there only the pack repeats the published run's numbers")
     return ["", f"Or its whole pack of {row['train_config']['seeds']} seeds, as it was trained "
-                "(one seed alone gets the same initialisation and data, but a pack of the "
-                "reference layout rounds differently from a single run, so there only the "
-                "pack repeats the published run's numbers):",
-            "", "```sh", cmd, "```"]
+                f"({why}):", "", "```sh", cmd, "```"]
 
 
 def published_reproduce(row: dict[str, Any], config_path: str) -> str:

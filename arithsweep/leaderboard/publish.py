@@ -259,7 +259,7 @@ def leaderboard_markdown(
             "", retrain_header(config), "", "```sh",
             published_reproduce(row, f"{folder}/config.json"), "```",
             *start_lines(config, folder, start),
-            *pack_lines(row, f"{folder}/config.json"),
+            *pack_lines(row, f"{folder}/config.json", config),
             "", "Re-verify the published weights:", "", "```sh",
             verify_command(row, folder), "```",
         ]
