@@ -124,9 +124,8 @@ def test_the_folded_bias_product_has_the_same_bits_for_any_k(d_out, d):
                             for x in (wt, beta, up)))
         for want, got in zip(alone, packed):
             assert torch.equal(want, got), k
-        # the order torch.bmm takes for K > 1 (torch 2.13, x86-64): a pack keeps its floats
-        wts, betas = (torch.cat([x[None]] * k) for x in (wt, beta))
-        assert torch.equal(torch.bmm(wts, betas.unsqueeze(2))[0, :, 0], alone[0]), k
+    # (it is also the order torch.bmm took for K > 1 on torch 2.13 here, so packs kept their
+    # floats; not asserted: which kernel torch's bmm picks is the library's and the CPU's)
 
 
 def test_a_members_gradient_norm_has_the_same_bits_in_any_pack():
