@@ -204,3 +204,33 @@ def test_the_floor_is_one_percent_past_a_quarter_of_the_phase():
     assert below_floor(0.009, 50_000, 200_000)
     assert not below_floor(0.011, 50_000, 200_000)  # the 35's slowest pack was at 5.4% here
     assert not below_floor(0.0, 49_999, 200_000)
+
+
+def test_a_near_miss_ticket_trains_the_whole_path_again_with_new_seeds(monkeypatch, tmp_path):
+    """near_miss_round "ticket": a path trial's near miss gets its next round as the same path
+    (selection included) with the next block of seeds, in a states folder of its own; its seeds
+    count as new ones. (Target 1.0 and a near-miss distance of 1, finishers off: every round
+    is a near miss that does not reach, whatever its floats; no floor.)"""
+    pytest.importorskip("ray")
+    from test_finishers import _fake_tune, _trial_setup
+
+    from arithsweep.search.trials import rounds, trainable
+    from arithsweep.search.trials.rounds import next_round
+
+    monkeypatch.setattr(rounds, "FLOOR", 0.0)  # no round given up below the path's floor
+
+    path = [{"name": "a"}, {"name": "b", "steps": 100, "lr": 2e-3, "select": 2}]
+    over = {"steps": 100, "eval_every": 100, "seeds": 4, "finish_rounds": 0, "target": 1.0,
+            "checkpoint_every": 100, "path": path, "near_miss_round": "ticket", "seed": 40}
+    setup = _trial_setup(**over)
+    nxt = next_round(setup.train_cfg, 1, tmp_path / "unused", 0.9)
+    assert (nxt.seed, nxt.seeds, nxt.path, nxt.init_from) == (44, 4, setup.train_cfg.path, None)
+    fake = _fake_tune(monkeypatch, tmp_path / "t")
+    (tmp_path / "t").mkdir()
+    trainable.TrialRunner([setup], {"extra_rounds": 1, "near_miss": 1.0}, {}).run()
+    steps = list(dict.fromkeys(r["step"] for r in fake.rows if "em" in r))
+    assert steps == [100, 200, 300, 400], steps  # each round the path's 200 steps
+    last = fake.rows[-1]
+    assert last["rounds"] == 2 and last["seeds_trained"] == 8 and last["done"] == 1
+    ck = fake.checkpoints[-1][0] / "state"
+    assert (ck / "path/phases/1-b").is_dir() and (ck / "path-r1/phases/1-b").is_dir()

@@ -92,7 +92,10 @@ def next_round(cfg: Any, best_index: int, start: Path | None = None,
     data streams, for `steps` more steps of a cosine from CONTINUE_LR_SHARE of the lr the last
     one ended at, curriculum and warmup off, its weight decay where its held drops had taken
     it (wd_drops_hold: the start passed them; a full decay would pull every weight of a
-    finished model for the evaluation it takes to drop again)."""
+    finished model for the evaluation it takes to drop again). "ticket": the same schedule,
+    its path included, with the next `seeds` seeds (a lottery shape's new ticket)."""
+    if cfg.near_miss_round == "ticket":
+        return replace(cfg, seed=cfg.seed + cfg.seeds, init_from=None)
     if cfg.path:  # a path's near miss continues from its last phase's schedule
         from arithsweep.core.training.path import phase_configs
 
@@ -217,11 +220,12 @@ class Proposal:
             self.best_round = result
         self.stop_reason = self.reason or result.stop_reason
         self.step0 += result.steps
-        self.seeds_trained += 0 if self.round else self.cfg.seeds
+        fresh = self.round == 0 or self.cfg.near_miss_round == "ticket"  # seeds of its own
+        self.seeds_trained += self.cfg.seeds if fresh else 0
         final = result.history[-1].exact_match if result.history else []
         hits = sum(1 for e in final if not math.isnan(e) and e >= self.target)
         # a later round trains a seed already counted: it adds one only if none was
-        self.seeds_reached += hits if self.round == 0 else int(hits > 0 and not self.seeds_reached)
+        self.seeds_reached += hits if fresh else int(hits > 0 and not self.seeds_reached)
         self.last_seed, self.elapsed = int(result.best_seed), float(result.wall_time)
         # what a finisher's checkpoint saves; later rounds' checkpoints keep the finished
         # rounds' best through rounds_best
@@ -239,8 +243,9 @@ class Proposal:
         # kept whatever the next round does (a retrained seed can lose its lottery, a
         # continued one fall back), and a continued round's start
         self.best_round.save_best(self.rounds_best)
-        start = (self.rounds_best if self.cfg.near_miss_round == "continue" or self.cfg.path
-                 else None)
+        ticket = self.cfg.near_miss_round == "ticket"
+        start = (self.rounds_best if not ticket and (
+            self.cfg.near_miss_round == "continue" or self.cfg.path) else None)
         self.cfg = next_round(self.cfg, self.last_seed, start, float(self.best_round.best_em))
         self.round += 1
         self.plateau = Plateau(patience_for(self.const, self.cfg))

@@ -97,8 +97,10 @@ class TrialRunner:
         while group:
             # a path's proposals (all or none: a path is part of the pack key) train it as
             # their first round; a near miss's later rounds continue its best (rounds.next_round)
-            path = all(self.proposals[j].cfg.path and self.proposals[j].round == 0
-                       for j in group)
+            # (or, as a new ticket, again: TrainConfig.near_miss_round)
+            path = all(self.proposals[j].cfg.path and (
+                self.proposals[j].round == 0 or self.proposals[j].cfg.near_miss_round == "ticket")
+                for j in group)
             results = self._train_path(group) if path else self._train(group, resume=first)
             for j, result in zip(group, results):
                 self.proposals[j].end_round(result, rounds, near, self._finish)
@@ -132,7 +134,6 @@ class TrialRunner:
         ones a plateau could only end a phase that its steps end anyway, and a proposal whose
         best member stays below the path's floor (rounds.below_floor) is given up."""
         from arithsweep.core.training.path import (
-            PATH_STATES,
             path_steps,
             phase_configs,
             train_paths,
@@ -168,10 +169,18 @@ class TrialRunner:
             return stop if not stop or p.reason in (REACHED, BELOW_FLOOR) else "phase"
 
         results = train_paths(setup.task, setup.model_cfg, cfgs,
-                              self.ts.dir / STATE / PATH_STATES, on_eval, self.ts.on_step,
+                              self.ts.dir / STATE / self._path_states(group), on_eval,
+                              self.ts.on_step,
                               ckpt_for)
         self.ts.flush()
         return results
+
+    def _path_states(self, group: list[int]) -> str:
+        """The path states' folder of the group's round: a new ticket's path is its own."""
+        from arithsweep.core.training.path import PATH_STATES
+
+        rnd = self.proposals[group[0]].round
+        return PATH_STATES if rnd == 0 else f"{PATH_STATES}-r{rnd}"
 
     def _saved(self) -> dict[str, Any]:
         """The trial's own state, saved with every training state (JSON)."""
