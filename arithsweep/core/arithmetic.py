@@ -94,7 +94,7 @@ def kind_of(meta: dict[str, Any] | None) -> str | None:
     "layout" and "device" (written from arithmetic 6 on), else what its "repeats" says (only
     the tiny layout on a CPU repeats on any x86-64); None where neither says."""
     meta = meta or {}
-    device, layout = str(meta.get("device", "")), meta.get("layout")
+    device, layout = str(meta.get("device") or ""), meta.get("layout")
     if meta.get("finished_from"):  # `arithsweep finish`'s output: CMA-ES's numpy algebra too
         return None
     if device.startswith("cuda"):

@@ -307,7 +307,7 @@ def pack_lines(row: dict[str, Any], config_path: str,
         return []
     meta = (config or {}).get("meta") or {}
     alone = (version_of(meta) >= ALONE_AS_IN_A_PACK
-             and str(meta.get("device", "cpu")) == "cpu")
+             and str(meta.get("device") or "cpu") == "cpu")
     why = ("one seed alone trains to the same weights as in it" if alone else
            "one seed alone gets the same initialisation and data, but a pack of the "
            "reference layout rounded differently from a single run before arithmetic "

@@ -179,7 +179,7 @@ def reproduce_command(ck: Checkpoint) -> str:
 def _alone_as_in_pack(ck: Checkpoint) -> bool:
     """Does one seed of its run train to its weights alone (a CPU run from arithmetic 6 on)?"""
     return (ck.arithmetic >= ALONE_AS_IN_A_PACK
-            and str(ck.meta.get("device", "cpu")) == "cpu")
+            and str(ck.meta.get("device") or "cpu") == "cpu")
 
 
 def _torch_layout(ck: Checkpoint) -> bool:
