@@ -317,6 +317,8 @@ def test_a_search_trial_in_the_near_miss_band_is_finished_and_reports_the_finish
     assert row["finished_by"] == FINETUNE and row["full_em"] >= 0.99
     best = load_checkpoint(ck / "best")
     assert float(exact_match(best.model, task, *task.enumerate_all()).float().mean()) >= 0.99
+    # its meta says so, so its published retrain is the pack the finishers drew from
+    assert best.meta["finished_by"] == FINETUNE
 
 
 def test_the_finishers_come_before_a_second_round(monkeypatch, tmp_path, near_miss_start):

@@ -210,12 +210,14 @@ class TrialRunner:
         if not gets_finishers(p.reason == REACHED, p.best, member_floor(p.target)):
             return {"finished_by": None}
         done = finish_members(result, p.check)
+        said = {"finished_by": done["finished_by"], "finished_members": len(done["members"])}
         if done["finished_by"] is not None:
             self.rows[self.proposals.index(p)] = p.mark_finished(result, done["finished_by"])
+            p.finished = said  # before the flush: best/'s meta says it (_write_best)
             # a replayed finished round writes no state: the checkpoint then holds best/ alone
             (self.ts.dir / STATE).mkdir(parents=True, exist_ok=True)
             self.ts.flush(with_state=True)
-        return {"finished_by": done["finished_by"], "finished_members": len(done["members"])}
+        return said
 
     def _shared(self, extra: dict[str, Any]) -> dict[str, Any]:
         """A pack row's shared keys plus every proposal's running best (readers need it in
@@ -261,7 +263,10 @@ class TrialRunner:
             if self.ts.rounds_best_em(p.rounds_best) > (-1.0 if cur is None else cur):
                 shutil.copytree(p.rounds_best, dest)
             elif cur is not None:
-                p.result.save_best(dest)
+                # a finished member says so: its retrain is the whole pack's, whose first seed
+                # the finishers drew from (leaderboard.verify.reproduce_command)
+                by = (p.finished or {}).get("finished_by")
+                p.result.save_best(dest, {"finished_by": by} if by else None)
 
 
 def _maybe_fail(config: dict[str, Any], const: dict[str, Any]) -> None:
