@@ -234,3 +234,15 @@ def test_a_near_miss_ticket_trains_the_whole_path_again_with_new_seeds(monkeypat
     assert last["rounds"] == 2 and last["seeds_trained"] == 8 and last["done"] == 1
     ck = fake.checkpoints[-1][0] / "state"
     assert (ck / "path/phases/1-b").is_dir() and (ck / "path-r1/phases/1-b").is_dir()
+
+
+def test_stop_at_counts_the_paths_steps(tmp_path):
+    """TrainConfig.stop_at on a path is a step of the whole path: inside the second phase it
+    stops there, the first phase whole; at the first phase's end no later phase runs. So a
+    search trial's path that its rules stopped early retrains to the same step."""
+    task, m, t = _configs(path=[{"name": "cosine"}, GROK])  # 200 + 100 steps
+    assert [c.stop_at for c in (phase_configs(replace(t, stop_at=250), i, tmp_path)[0]
+                                for i in (0, 1))] == [None, 50]
+    assert train_path(task, m, replace(t, stop_at=250), tmp_path / "in").steps == 250
+    assert train_path(task, m, replace(t, stop_at=200), tmp_path / "at").steps == 200
+    assert not (tmp_path / "at/phases/1-grokfast").exists()

@@ -82,3 +82,16 @@ def test_the_whole_pack_line_says_whether_one_seed_repeats_it():
         text = " ".join(pack_lines(row, "p/config.json", {"meta": meta}))
         assert "--seeds 4 --seed 8" in text
         assert ("one seed alone trains to the same weights" in text) == alone, meta
+
+
+def test_a_path_stopped_inside_its_last_phase_is_retrained_to_that_path_step(ckpt):
+    doc = json.loads((ckpt / "config.json").read_text())
+    doc["train"]["path"] = [{"name": "a"}, {"name": "b", "steps": 100, "lr": 1e-3}]
+    whole = doc["train"]["steps"] + doc["train"].get("polish_steps", 0) + 100
+    doc["meta"]["steps"] = whole
+    (ckpt / "config.json").write_text(json.dumps(doc))
+    assert "stop_at" not in reproduce_command(load_checkpoint(ckpt))
+    doc["meta"]["steps"] = whole - 16  # a plateau in the last phase
+    (ckpt / "config.json").write_text(json.dumps(doc))
+    assert reproduce_command(load_checkpoint(ckpt)).endswith(
+        f"--set stop_at={whole - 16} --set time_budget=0")

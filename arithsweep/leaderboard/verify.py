@@ -196,10 +196,13 @@ def _stopped(ck: Checkpoint) -> list[str]:
     """For a model its run's own rules stopped before the schedule's end (a search trial's
     plateau, a cut): the --set that stops the retrain there too, the schedule unchanged, and
     no time budget to stop it sooner on a slower machine."""
+    from arithsweep.core.training.path import path_steps
+
     cfg, steps = ck.train_cfg, ck.meta.get("steps")
-    if cfg is None or cfg.path or not isinstance(steps, int) or isinstance(steps, bool):
+    if cfg is None or not isinstance(steps, int) or isinstance(steps, bool):
         return []
-    if cfg.stop_at is not None or steps >= cfg.main_steps + cfg.polish_steps:
+    whole = path_steps(cfg) if cfg.path else cfg.main_steps + cfg.polish_steps
+    if cfg.stop_at is not None or steps >= whole:
         return []
     final = ck.meta.get("final_exact_match")  # `train`'s own end: stopped early at the target
     if cfg.early_stop and isinstance(final, (int, float)) and final >= cfg.target:

@@ -74,6 +74,9 @@ def phase_configs(cfg: TrainConfig, i: int, start: Path | None) -> list[TrainCon
     if i:  # culls are at a phase's own steps: the top level's are the first phase's
         top["cull"] = None
     c = TrainConfig.from_dict({**top, **fields, "path": None})
+    if cfg.stop_at is not None:  # the path's step, as this phase counts: a stop inside it
+        at = cfg.stop_at - path_steps(cfg, i)
+        c = replace(c, stop_at=at if 0 < at < c.main_steps + c.polish_steps else None)
     if i == 0:
         return [c]
     c = replace(c, init_from=str(start), init_moments=ph["moments"] == "keep")
@@ -153,6 +156,9 @@ def train_paths(task: Task, model_cfg: ModelConfig, cfgs: list[TrainConfig], out
     starts: list[Path | None] = [None] * len(cfgs)
     going = list(range(len(cfgs)))  # proposals whose path goes on
     for i in range(len(path)):
+        stop = cfgs[0].stop_at  # TrainConfig.stop_at, on the path's steps: no phase after it
+        if stop is not None and path_steps(cfgs[0], i) >= stop:
+            break
         d = phase_dir(out, cfgs[0], i)
         groups: list[tuple[int, TrainConfig]] = []
         for j in going:
