@@ -35,6 +35,21 @@ def _setup(layout: str, **kw):
         "batch_size": 64, "eval_size": 256, "early_stop": False, "layout": layout, **kw})
 
 
+def _alone_as_in_pack(task, m, me, before, after, layout: str):
+    """`me` trained alone and as the second proposal between `before` and `after`: every
+    member weight the same bits, and the same curve. Returns the run alone's member 0 state."""
+    alone = train(task, m, me)
+    packed = train_population(task, m, [before, me, after])[1]
+    assert alone.layout == packed.layout == layout
+    for i in range(me.seeds):
+        a, p = alone.model.member_state(i), packed.model.member_state(i)
+        for name in a:
+            assert torch.equal(a[name], p[name]), (i, name)
+    assert [q.exact_match for q in alone.history] == [q.exact_match for q in packed.history]
+    assert [q.loss for q in alone.history] == [q.loss for q in packed.history]
+    return alone.model.member_state(0)
+
+
 @pytest.mark.parametrize("layout", [
     pytest.param("tiny", marks=pytest.mark.skipif(
         TL.load_error() is not None, reason=f"tiny kernel unavailable: {TL.load_error()}")),
@@ -46,15 +61,7 @@ def test_a_member_trains_to_the_same_bits_alone_and_in_a_mixed_pack(layout):
     me = replace(base, lr=1e-2, grad_clip=0.05, weight_decay=0.01, seed=0)
     before = replace(base, lr=3e-3, grad_clip=0.3, weight_decay=0.3, seed=100, seeds=3)
     after = replace(base, lr=2e-2, grad_clip=0.0, weight_decay=0.0, seed=7, seeds=27)
-    alone = train(task, m, me)
-    packed = train_population(task, m, [before, me, after])[1]
-    assert alone.layout == packed.layout == layout
-    for i in range(me.seeds):
-        a, p = alone.model.member_state(i), packed.model.member_state(i)
-        for name in a:
-            assert torch.equal(a[name], p[name]), (i, name)
-    assert [q.exact_match for q in alone.history] == [q.exact_match for q in packed.history]
-    assert [q.loss for q in alone.history] == [q.loss for q in packed.history]
+    _alone_as_in_pack(task, m, me, before, after, layout)
 
 
 # LayerNorm with bias, wide enough (16 x 48 for q/k/v, 16 x 32 for the MLP) that the old bmm
@@ -69,16 +76,8 @@ def test_a_layernorm_member_trains_to_the_same_bits_alone_and_in_a_mixed_pack():
     me = replace(base, lr=1e-2, grad_clip=0.05, weight_decay=0.01, seed=0, seeds=1)
     before = replace(base, lr=3e-3, grad_clip=0.3, weight_decay=0.3, seed=100, seeds=1)
     after = replace(base, lr=2e-2, grad_clip=0.0, weight_decay=0.0, seed=7, seeds=2)
-    alone = train(task, m, me)
-    packed = train_population(task, m, [before, me, after])[1]
-    assert alone.layout == packed.layout == "reference"
-    for i in range(me.seeds):
-        a, p = alone.model.member_state(i), packed.model.member_state(i)
-        assert any(n.endswith("norm2.bias") for n in a)
-        for name in a:
-            assert torch.equal(a[name], p[name]), (i, name)
-    assert [q.exact_match for q in alone.history] == [q.exact_match for q in packed.history]
-    assert [q.loss for q in alone.history] == [q.loss for q in packed.history]
+    state = _alone_as_in_pack(task, m, me, before, after, "reference")
+    assert any(n.endswith("norm2.bias") for n in state)
 
 
 def test_a_layernorm_members_gradient_has_the_same_bits_for_any_k():

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from test_member_alone import _alone_as_in_pack
 
 from arithsweep.core.model import tiny_layout as TL
 from arithsweep.core.model.model import ArithTransformer, ModelConfig
 from arithsweep.core.model.tiny_ties import Ties
 from arithsweep.core.overrides import build_configs
-from arithsweep.core.training.population import train, train_population
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(TL.load_error() is not None,
@@ -163,10 +163,4 @@ def test_a_36p_member_trains_to_the_same_bits_alone_and_in_a_mixed_pack():
     me = replace(base, seed=0, seeds=2, grad_clip=0.05)
     before = replace(base, lr=3e-3, grad_clip=0.3, weight_decay=0.3, seed=100, seeds=3)
     after = replace(base, lr=2e-2, grad_clip=0.0, weight_decay=0.0, seed=7, seeds=3)
-    alone = train(task, m, me)
-    packed = train_population(task, m, [before, me, after])[1]
-    assert alone.layout == packed.layout == "tiny"
-    for i in range(me.seeds):
-        a, p = alone.model.member_state(i), packed.model.member_state(i)
-        for name in a:
-            assert torch.equal(a[name], p[name]), (i, name)
+    _alone_as_in_pack(task, m, me, before, after, "tiny")
