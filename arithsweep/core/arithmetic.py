@@ -107,6 +107,15 @@ def kind_of(meta: dict[str, Any] | None) -> str | None:
     return "tiny" if str(repeats).startswith("any x86-64") else "reference"
 
 
+def alone_as_in_pack(meta: dict[str, Any] | None) -> bool:
+    """Does one seed of a checkpoint's run train alone to the weights it had in its pack? A
+    CPU run from ALONE_AS_IN_A_PACK on (the tiny layout's from 2 on; its commands already name
+    one seed)."""
+    meta = meta or {}
+    return (version_of(meta) >= ALONE_AS_IN_A_PACK
+            and str(meta.get("device") or "cpu") == "cpu")
+
+
 def same_floats(version: int, kind: str | None) -> bool:
     """Does this arithsweep train a `kind` run of `version` to its floats? Yes for its own
     version, and for an older one when no version since moved that kind's floats."""

@@ -33,7 +33,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from arithsweep.core.arithmetic import ALONE_AS_IN_A_PACK, at_commit, version_of
+from arithsweep.core.arithmetic import ALONE_AS_IN_A_PACK, alone_as_in_pack, at_commit, version_of
 
 # where a search keeps what it finds, not what it finds: a path of the machine that ran it,
 # which a reader's copy of the command would trip over
@@ -305,10 +305,8 @@ def pack_lines(row: dict[str, Any], config_path: str,
     cmd = pack_reproduce(row, config_path)
     if cmd is None:
         return []
-    meta = (config or {}).get("meta") or {}
-    alone = (version_of(meta) >= ALONE_AS_IN_A_PACK
-             and str(meta.get("device") or "cpu") == "cpu")
-    why = ("one seed alone trains to the same weights as in it" if alone else
+    why = ("one seed alone trains to the same weights as in it"
+           if alone_as_in_pack((config or {}).get("meta")) else
            "one seed alone gets the same initialisation and data, but a pack of the "
            "reference layout rounded differently from a single run before arithmetic "
            f"{ALONE_AS_IN_A_PACK}, so there only the pack repeats the published run's numbers")

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from arithsweep import __version__
-from arithsweep.core.arithmetic import ALONE_AS_IN_A_PACK
+from arithsweep.core.arithmetic import alone_as_in_pack
 from arithsweep.core.data.quirke import class_names, enriched_sample, supported
 from arithsweep.core.data.sampling import _distinct
 from arithsweep.core.data.tasks import OP_NAMES, Task
@@ -166,7 +166,7 @@ def reproduce_command(ck: Checkpoint) -> str:
     parts = ["arithsweep", "train", "--task", ck.task.name, "--format", ck.task.fmt.name,
              "--config", str(ck.path / "config.json")]
     if ck.train_cfg is not None and ck.train_cfg.seeds > 1 and (
-            ck.meta.get("finished_by") or (_torch_layout(ck) and not _alone_as_in_pack(ck))):
+            ck.meta.get("finished_by") or (_torch_layout(ck) and not alone_as_in_pack(ck.meta))):
         # finished inside its run: the finishers draw from the run's first seed, not the
         # member's; or trained by torch's ops before arithmetic 6 (or on a GPU), whose
         # batched kernels rounded a pack of K otherwise than one (a mix6 pack of 2 and its
@@ -174,12 +174,6 @@ def reproduce_command(ck: Checkpoint) -> str:
         return shlex.join([*parts, *_stopped(ck)])
     seed = ck.meta.get("seed", ck.train_cfg.seed if ck.train_cfg else 0)
     return shlex.join([*parts, "--seeds", "1", "--seed", str(seed), *_stopped(ck)])
-
-
-def _alone_as_in_pack(ck: Checkpoint) -> bool:
-    """Does one seed of its run train to its weights alone (a CPU run from arithmetic 6 on)?"""
-    return (ck.arithmetic >= ALONE_AS_IN_A_PACK
-            and str(ck.meta.get("device") or "cpu") == "cpu")
 
 
 def _torch_layout(ck: Checkpoint) -> bool:
