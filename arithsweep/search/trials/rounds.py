@@ -220,7 +220,8 @@ class Proposal:
             self.best_round = result
         self.stop_reason = self.reason or result.stop_reason
         self.step0 += result.steps
-        fresh = self.round == 0 or self.cfg.near_miss_round == "ticket"  # seeds of its own
+        ticket = self.cfg.near_miss_round == "ticket"
+        fresh = self.round == 0 or ticket  # seeds of its own
         self.seeds_trained += self.cfg.seeds if fresh else 0
         final = result.history[-1].exact_match if result.history else []
         hits = sum(1 for e in final if not math.isnan(e) and e >= self.target)
@@ -243,7 +244,6 @@ class Proposal:
         # kept whatever the next round does (a retrained seed can lose its lottery, a
         # continued one fall back), and a continued round's start
         self.best_round.save_best(self.rounds_best)
-        ticket = self.cfg.near_miss_round == "ticket"
         start = (self.rounds_best if not ticket and (
             self.cfg.near_miss_round == "continue" or self.cfg.path) else None)
         self.cfg = next_round(self.cfg, self.last_seed, start, float(self.best_round.best_em))

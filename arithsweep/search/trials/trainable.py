@@ -96,11 +96,9 @@ class TrialRunner:
         first = True
         while group:
             # a path's proposals (all or none: a path is part of the pack key) train it as
-            # their first round; a near miss's later rounds continue its best (rounds.next_round)
-            # (or, as a new ticket, again: TrainConfig.near_miss_round)
-            path = all(self.proposals[j].cfg.path and (
-                self.proposals[j].round == 0 or self.proposals[j].cfg.near_miss_round == "ticket")
-                for j in group)
+            # their first round, and a near miss's new ticket again; its other later rounds
+            # continue its best, from configs without a path (rounds.next_round)
+            path = all(self.proposals[j].cfg.path for j in group)
             results = self._train_path(group) if path else self._train(group, resume=first)
             for j, result in zip(group, results):
                 self.proposals[j].end_round(result, rounds, near, self._finish)
