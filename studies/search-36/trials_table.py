@@ -45,9 +45,7 @@ def trial_row(folder: Path) -> tuple[int, str] | None:
     rows = [r for r in csv.DictReader((folder / "progress.csv").open()) if r.get("em_seed0")]
     if not rows:
         return None
-    results = [json.loads(line) for line in (folder / "result.json").open() if line.strip()]
-    stop = next((r["stop_reason"] for r in reversed(results) if r.get("stop_reason")),
-                "running or cut (resumes)")
+    stop = _stop_reason(folder)
     ended = [r for r in rows if int(r["step"]) == PHASE_END]
     last = rows[-1]
     size = int(float(last["params"]))
@@ -55,6 +53,18 @@ def trial_row(folder: Path) -> tuple[int, str] | None:
     number = int(params.get("trial_number", 0))
     return number, (f"| {number} | {size} | {shape(params)} | {int(last['step']):,} | "
                     f"{at_end} | {levels(last)} | {stop} |")
+
+
+def _stop_reason(folder: Path) -> str:
+    """Why the trial stopped: its last reported reason in Tune's result.json, or, where that
+    file is not kept (over 2 MB, a finished trial's), the search's summary.json."""
+    if (folder / "result.json").is_file():
+        results = [json.loads(ln) for ln in (folder / "result.json").open() if ln.strip()]
+        return next((r["stop_reason"] for r in reversed(results) if r.get("stop_reason")),
+                    "running or cut (resumes)")
+    summary = json.loads((folder.parents[1] / "summary.json").read_text())
+    trial = folder.name.removeprefix("trial_")
+    return next(t["stop_reason"] for t in summary["trials"] if t["trial_id"] == trial)
 
 
 def main() -> None:
