@@ -105,7 +105,7 @@ def test_defaults_and_qualifies():
     assert r.correct == 999
     assert "777 params" in r.summary()
     assert set(r.breakdown()) == {"by_carry", "by_lengths", "by_answer_len", "by_class",
-                                    "by_special", "by_op"}
+                                    "by_special", "by_op", "by_protocol"}
 
 
 def test_from_dict_errors_are_one_line():

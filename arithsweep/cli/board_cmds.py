@@ -76,7 +76,8 @@ def verify(
         same = kept.get("sha256") == report.sha256
         entry, created = board.record(report, kept.get("entry_id") if same else None)
     res = {**report.to_dict(), "by_class_table": report.class_table(),
-           "qualifies": report.qualifies, "entry_id": entry["id"] if entry else None}
+           "qualifies": report.qualifies, "entry_id": entry["id"] if entry else None,
+           "protocol_shortfalls": report.protocol_shortfalls()}
     if as_json:
         print_json(res)
     else:
@@ -85,6 +86,8 @@ def verify(
         out.print(report_detail(report))
         verdict = "[green]qualifies[/]" if report.qualifies else "[red]does not qualify[/]"
         out.print(f"{report.measured()}; {verdict} for target {target:g}")
+        for short in report.protocol_shortfalls():  # a search would keep looking at this size
+            out.print(f"[yellow]{short}: a search does not take it as a find[/]")
         if entry:
             out.print(f"recorded as leaderboard entry {entry['id']} "
                       f"({'new' if created else 'updated'}) in {board.where}")

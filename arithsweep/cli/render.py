@@ -20,7 +20,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from arithsweep.core.evaluation.stats import class_health, per_operation, percent
+from arithsweep.core.evaluation.stats import (
+    class_health,
+    outside_protocols,
+    per_operation,
+    percent,
+)
 from arithsweep.leaderboard.report import nines
 from arithsweep.leaderboard.tables import COLUMNS, RIGHT_ALIGNED, cells
 
@@ -89,6 +94,7 @@ def entry_detail(row: dict[str, Any]) -> Any:
         "problems": f"{row.get('n_problems', 0):,}  ({row.get('n_failures', 0):,} failed)",
         "nines": row.get("nines"),
         **per_operation((row.get("breakdown") or {}).get("by_op"), row.get("target")),
+        **outside_protocols((row.get("breakdown") or {}).get("by_protocol")),
         "Wilson 95% lower": f"{row.get('wilson_lower', 0.0):.6f}",
         "suite": f"{row.get('suite')}  (seed {row.get('suite_seed')}, "
         f"size {row.get('suite_size') or '?'})",
@@ -163,6 +169,7 @@ def report_detail(report: Any) -> Any:
         "exact match": f"{percent(d['exact_match'])}  ({d['n_failures']:,} failures)",
         "nines": d["nines"],
         **per_operation(d.get("by_op"), d["target"]),
+        **outside_protocols(d.get("by_protocol")),
         "Wilson 95% lower": f"{d['wilson_lower']:.6f}",
     }
     heads = _titles(d["task"])

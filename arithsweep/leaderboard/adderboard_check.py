@@ -5,6 +5,8 @@ AdderBoard's `verify.py` imports a submission with `spec_from_file_location`, ca
 10,000 pairs drawn with `random.Random(2025).randint(0, 9_999_999_999)`; an exception counts as
 a wrong answer, and a submission qualifies at >= 99%. This module does the same, so an export
 is checked the way the board will check it (`arithsweep export N --adderboard F.py --check`).
+`on_model` runs the same problems through a loaded model in one batch, as verification does
+for an add10 checkpoint: the figure an entry records beside its suite's.
 
     python -m arithsweep.leaderboard.adderboard_check submissions/add10_36.py
 """
@@ -24,6 +26,7 @@ EDGE_CASES = [(0, 0), (0, 1), (TOP, 0), (TOP, 1), (TOP, TOP), (TOP, TOP),
               (5_000_000_000, 5_000_000_000), (1_111_111_111, 8_888_888_889),
               (1_234_567_890, 9_876_543_210), (1, TOP)]
 N_RANDOM, SEED, THRESHOLD = 10_000, 2025, 0.99
+TASK = "add10"  # AdderBoard's task: two operands of up to 10 digits, their sum
 
 
 @dataclass
@@ -45,6 +48,22 @@ class ProtocolResult:
 def problems() -> list[tuple[int, int]]:
     rng = random.Random(SEED)
     return EDGE_CASES + [(rng.randint(0, TOP), rng.randint(0, TOP)) for _ in range(N_RANDOM)]
+
+
+def on_model(model, task, limit: int | None = None) -> tuple[int, int]:
+    """(problems, correct) of AdderBoard's protocol on a loaded model of `task` (add10, any
+    format), batched: the count a faithful export of it scores under AdderBoard's verify.py.
+    `limit`: the first problems only, as for `check_submission`."""
+    import torch
+
+    from arithsweep.core.evaluation.evaluate import exact_match
+
+    if task.name != TASK:
+        raise ArithsweepError(f"AdderBoard's protocol is for {TASK}, not {task.name}")
+    pairs = torch.tensor(problems()[:limit], dtype=torch.long)  # (N, 2)
+    a, b = pairs[:, 0].contiguous(), pairs[:, 1].contiguous()
+    ok = exact_match(model, task, a, b, torch.zeros_like(a))[0]  # (N,)
+    return int(ok.numel()), int(ok.sum())
 
 
 def check_submission(path: str | Path, limit: int | None = None) -> ProtocolResult:

@@ -46,7 +46,7 @@ from typing import Any
 from arithsweep import __version__
 from arithsweep.core.arithmetic import retrains
 from arithsweep.core.errors import ArithsweepError
-from arithsweep.core.evaluation.stats import class_health, percent
+from arithsweep.core.evaluation.stats import class_health, percent, protocol_line
 from arithsweep.core.hashing import sha256_file
 from arithsweep.leaderboard.projects import project_sections
 from arithsweep.leaderboard.provenance import (
@@ -130,6 +130,13 @@ def _worst_line(row: dict[str, Any]) -> list[str]:
         return ["", "Worst class: none, every class exact."]
     verdict = " (fails entirely)" if em == 0 else " (fails mostly)" if em < 0.5 else ""
     return ["", f"Worst class: {name}, {percent(em)} of {_count(n)}{verdict}."]
+
+
+def _protocol_lines(row: dict[str, Any]) -> list[str]:
+    """The outside boards' protocols the entry's verification ran (add10: AdderBoard's own
+    10,010 problems), each against that board's bar."""
+    done = (row.get("breakdown") or {}).get("by_protocol") or {}
+    return ["", *(f"{protocol_line(k, b)}." for k, b in done.items())] if done else []
 
 
 def retrain_header(config: dict[str, Any]) -> str:
@@ -254,7 +261,7 @@ def leaderboard_markdown(
             f"{_count(row.get('n_problems'))} problems ({_count(row.get('n_failures'))} failed, "
             f"suite {row.get('suite')}, target {row.get('target')}), verified "
             f"{str(row.get('verified_at') or row.get('created_at') or '')[:10]}; weights "
-            f"sha256 `{row.get('sha256')}`.", *_worst_line(row),
+            f"sha256 `{row.get('sha256')}`.", *_worst_line(row), *_protocol_lines(row),
             *found,
             "", retrain_header(config), "", "```sh",
             published_reproduce(row, f"{folder}/config.json"), "```",

@@ -18,7 +18,13 @@ from typing import Any
 
 from arithsweep import __version__
 from arithsweep.core.errors import ArithsweepError
-from arithsweep.core.evaluation.stats import Z95, nines, wilson_lower  # noqa: F401  (part of a report's API)
+from arithsweep.core.evaluation.stats import (  # noqa: F401  (Z95: part of a report's API)
+    PROTOCOLS,
+    Z95,
+    nines,
+    protocol_line,
+    wilson_lower,
+)
 
 # v2 (v1 + Quirke-enriched holdout part, lengths part distinct from the random part); an entry
 # keeps the suite name it was verified with
@@ -70,7 +76,9 @@ def _buckets_from_dict(d: dict[str, Any]) -> dict[str, Bucket]:
     return {str(k): v if isinstance(v, Bucket) else Bucket.from_dict(v) for k, v in d.items()}
 
 
-_BUCKET_FIELDS = ("by_carry", "by_lengths", "by_answer_len", "by_class", "by_special", "by_op")
+_BUCKET_FIELDS = ("by_carry", "by_lengths", "by_answer_len", "by_class", "by_special", "by_op",
+                  "by_protocol")
+
 _SCALARS = {
     "target": float, "params": int, "exact_match": float, "n_problems": int, "n_failures": int,
     "nines": int, "wilson_lower": float, "suite_seed": int, "suite_size": int, "seed": int,
@@ -113,6 +121,9 @@ class VerificationReport:
     # result 0, an operand all nines, the longest carry chains (overlapping; see evaluate)
     by_special: dict[str, Bucket] = field(default_factory=dict)
     by_op: dict[str, Bucket] = field(default_factory=dict)  # mix tasks: "add", "sub" apart
+    # an outside board's protocol on its own problems, not part of the suite: add10's
+    # "adderboard" (AdderBoard's 10,010, leaderboard/adderboard_check.py)
+    by_protocol: dict[str, Bucket] = field(default_factory=dict)
     suite: str = SUITE
     suite_seed: int = 0
     suite_size: int = 0
@@ -153,6 +164,14 @@ class VerificationReport:
         return [f"{k} exact match {b.exact_match:.6f}" for k, b in self.by_op.items()
                 if b.exact_match < self.target]
 
+    def protocol_shortfalls(self) -> list[str]:
+        """An outside protocol the model fails at a target at or above that board's own bar:
+        a search holds its add10 finds to AdderBoard's 99% too (the suite and AdderBoard's
+        10,010 problems are two samples, and a 99.0% model can pass one and fail the other).
+        Not part of `qualifies`: an entry verified on the suite keeps its place."""
+        return [protocol_line(k, b) for k, b in self.by_protocol.items()
+                if self.target >= PROTOCOLS.get(k, ("", 1.0))[1] > b.exact_match]
+
     @property
     def qualifies(self) -> bool:
         """True when the verified exact match reaches the target (design: EM >= target) and,
@@ -180,7 +199,9 @@ class VerificationReport:
                 f"Wilson lower {self.wilson_lower:.6f}")
         ops = ", ".join(f"{k} {b.failures} failures in {b.n:,} ({b.nines} nines)"
                         for k, b in self.by_op.items())
-        return f"{line}; by operation: {ops}" if ops else line
+        line = f"{line}; by operation: {ops}" if ops else line
+        outside = "; ".join(protocol_line(k, b) for k, b in self.by_protocol.items())
+        return f"{line}; {outside}" if outside else line
 
     def summary(self) -> str:
         """One line for logs: the measured figures and the verdict."""

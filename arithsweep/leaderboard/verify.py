@@ -10,7 +10,10 @@
 - exact match by the teacher-forced fast path (proved equal to greedy decoding in the tests),
   failures shown by real greedy decoding, Quirke's nines, the Wilson 95% lower bound and
   breakdowns by carry class, operand lengths, answer length and Quirke class (each with its
-  own exact match, failures and nines).
+  own exact match, failures and nines);
+- for add10, AdderBoard's own protocol beside the suite (its 10 edge cases and 10,000 pairs of
+  `random.Random(2025)`, adderboard_check.on_model): a search's add10 find at a target of 99% or
+  more must pass it too (`make_verifier`), as AdderBoard checks an export.
 
 At a target of six nines (0.999999) or above, suite "v2+1M-per-op": Quirke counts a mixed
 model's nines on each operation, and one failure in 10^6 needs 10^6 problems of each, where v2
@@ -44,6 +47,7 @@ from arithsweep.core.errors import ArithsweepError, ConfigError
 from arithsweep.core.evaluation.evaluate import breakdown, exact_match, greedy_decode
 from arithsweep.core.evaluation.per_op import every_problem, op_sample, per_op_size
 from arithsweep.core.model.checkpoint import START, Checkpoint, load_checkpoint
+from arithsweep.leaderboard import adderboard_check
 from arithsweep.leaderboard.provenance import (
     PROVENANCE,
     checkpoint_provenance,
@@ -237,6 +241,9 @@ def verify(
                  "expected": task.show_answer(t), "got": task.show_answer(g)}
                 for i, t, g in zip(bad.tolist(), truth, got)]
     parts = breakdown(ok, task, a, b, op)
+    if task.name == adderboard_check.TASK:  # AdderBoard's own problems, beside the suite
+        n_ab, ok_ab = adderboard_check.on_model(model, task)
+        parts["by_protocol"] = {"adderboard": (n_ab, ok_ab)}
     # provenance: the caller's, else a published folder's entry.json, else the search folder
     # the checkpoint sits in, else the checkpoint's own meta
     kept = published_entry(ck.path, ck.sha256) or checkpoint_provenance(ck.path)
@@ -277,10 +284,15 @@ def make_verifier(db_url: str | None = None):
                 "trial_id": c.get("trial_id")})
         except ArithsweepError as exc:  # a broken checkpoint fails this candidate only
             return {"qualifies": False, "exact_match": None, "error": str(exc)}
+        # a search's add10 find is AdderBoard's too: short of its protocol, it is no find
+        short = report.protocol_shortfalls()
+        qualifies = report.qualifies and not short
+        summary = report.summary() + (f"; not recorded: {' and '.join(short)} is below its "
+                                      f"board's bar" if report.qualifies and short else "")
         item = {"params": report.params, "exact_match": report.exact_match,
-                "qualifies": report.qualifies, "n_problems": report.n_problems,
-                "n_failures": report.n_failures, "summary": report.summary()}
-        if report.qualifies:
+                "qualifies": qualifies, "n_problems": report.n_problems,
+                "n_failures": report.n_failures, "summary": summary}
+        if qualifies:
             db = open_db(db_url)
             try:
                 row, created = db.record(report)

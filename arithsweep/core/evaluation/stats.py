@@ -8,6 +8,7 @@
 - `nines`: Quirke's tiers ("at most 1 failure per 10**6 problems = six nines"), counted with
   integers only so that float rounding can never award a tier;
 - `per_operation`: a mixed task's failures and nines on each operation, in one line.
+- `outside_protocols`: an outside board's protocol on its own problems (add10: AdderBoard's).
 
 Pure standard library: `arithsweep leaderboard` imports it without torch.
 
@@ -95,6 +96,33 @@ def per_operation(by_op: dict[str, Any] | None, target: Any = None) -> dict[str,
         parts.append(f"{name} {n - correct:,} failures in {n:,} ({nines(n - correct, n)} nines"
                      f"{', below the target' if below else ''})")
     return {"by operation": "; ".join(parts)} if parts else {}
+
+
+# Outside boards' protocols a verification also runs (by_protocol): name and the board's bar.
+PROTOCOLS = {"adderboard": ("AdderBoard's protocol", 0.99)}
+
+
+def protocol_figure(key: str, b: Any) -> str:
+    """"9,945 / 10,010 (99.35%, passes its 99%)": one outside protocol's bucket ({"n",
+    "correct"} or a Bucket-like) against that board's bar."""
+    n, c = (int(b["n"]), int(b["correct"])) if isinstance(b, dict) else (b.n, b.correct)
+    bar = PROTOCOLS.get(key, (key, None))[1]
+    verdict = "" if bar is None or not n else \
+        f", {'passes' if c / n >= bar else 'fails'} its {bar:.0%}"
+    return f"{c:,} / {n:,} ({c / n if n else 0:.2%}{verdict})"
+
+
+def protocol_line(key: str, b: Any) -> str:
+    """"AdderBoard's protocol 9,945 / 10,010 (99.35%, passes its 99%)"."""
+    return f"{PROTOCOLS.get(key, (key,))[0]} {protocol_figure(key, b)}"
+
+
+def outside_protocols(by_protocol: dict[str, Any] | None) -> dict[str, str]:
+    """`show`'s and `verify`'s lines for the outside protocols an entry was run on, {"AdderBoard's
+    protocol": "9,945 / 10,010 (99.35%, passes its 99%)"}; empty for an entry verified
+    before verification ran them, or of a task no outside board checks."""
+    return {PROTOCOLS.get(k, (k,))[0]: protocol_figure(k, b)
+            for k, b in (by_protocol or {}).items()}
 
 
 def class_health(breakdown: dict[str, dict[str, Any]], min_problems: int = 10,
