@@ -126,3 +126,47 @@ def test_under_a_bound_the_moves_are_the_nearest_points_below_it():
     assert [_size(space, sizer, m) for m in picked] == sizes[:3] == [36, 36, 35]
     # without a bound under the incumbent: as before, the boldest first, then a spread
     assert shrink_moves(space, the_42, sizer, below=42) == shrink_moves(space, the_42, sizer)
+
+
+def test_a_new_incumbents_moves_go_before_a_larger_ones_still_queued():
+    """Optuna pops its queue first in, first out: a smaller incumbent's moves are queued, and a
+    larger one's still waiting are queued again behind them (withdrawn copies FAIL, noted)."""
+    from types import SimpleNamespace
+
+    import optuna
+
+    from arithsweep.search.propose.shrink import MOVE_OF, Descending
+
+    space, sizer = parse_space(SPACE), ProposalSizer({"task": "add3"})
+    big = {"model.d_model": 8, "model.d_ff": 12, "model.activation": "relu",
+           "model.tie_kv": False, "train.lr": 0.004}
+    small = {**big, "model.d_model": 6, "model.d_ff": 8}
+    sizes = {int(_size(space, sizer, p)): p for p in (big, small)}
+
+    class Searcher(Descending):
+        def __init__(self):
+            self._space, self._sizer, self._name = SimpleNamespace(space=space), sizer, "t"
+            optuna.logging.set_verbosity(optuna.logging.WARNING)
+            self._ot_study = optuna.create_study()
+
+    def state(size):
+        return SimpleNamespace(incumbent=size, frontier=False, bound=lambda: float("inf"),
+                               verified={"v": {"qualifies": True, "params": size,
+                                               "point": sizes[size], "trial_id": "x"}})
+
+    s = Searcher()
+    large, smaller = max(sizes), min(sizes)
+    s._descend(state(large))
+    old = [t.params or t.system_attrs["fixed_params"] for t in s._ot_study.trials]
+    s._ot_study.ask()  # one of the larger incumbent's moves runs; the others wait
+    s._descend(state(smaller))
+    waiting = s._ot_study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    owners = [t.user_attrs[MOVE_OF] for t in waiting]
+    assert owners[0] == smaller and large in owners  # the new moves first, the old behind
+    assert owners == sorted(owners)
+    assert sorted(map(str, (t.system_attrs["fixed_params"] for t in waiting
+                            if t.user_attrs[MOVE_OF] == large))) == sorted(map(str, old[1:]))
+    withdrawn = s._ot_study.get_trials(states=(optuna.trial.TrialState.FAIL,))
+    assert len(withdrawn) == len(old) - 1 and all(
+        "behind the moves" in t.system_attrs["arithsweep.note"] for t in withdrawn)
+    assert s._ot_study.ask().user_attrs[MOVE_OF] == smaller

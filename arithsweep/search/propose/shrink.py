@@ -35,6 +35,7 @@ from arithsweep.search.space.spaces import RayDefineByRun, Space
 log = logging.getLogger(__name__)
 
 MOVES_PER_INCUMBENT = 3  # enqueued per new incumbent; TPE fills the other proposals
+MOVE_OF = "move_of"  # a queued shrink move's Optuna user attr: the incumbent's size it shrinks
 
 
 class _PointTrial:
@@ -244,10 +245,36 @@ class Descending:
                  if best else None)
         bound = state.bound()  # --max-params under the incumbent: the moves clear it
         below = int(bound) if bound < state.incumbent else None
-        for move in shrink_moves(space, point, self._sizer, below=below) if point else []:
-            self._ot_study.enqueue_trial(move, skip_if_exists=True)
-        log.info("search %s: incumbent %s p; queued its shrink moves", self._name,
-                 state.incumbent)
+        moves = shrink_moves(space, point, self._sizer, below=below) if point else []
+        behind = self._withdraw_older_moves(state.incumbent) if moves else []
+        for move in moves:
+            self._ot_study.enqueue_trial(move, user_attrs={MOVE_OF: state.incumbent},
+                                         skip_if_exists=True)
+        for params, attrs in behind:
+            self._ot_study.enqueue_trial(params, user_attrs=attrs)
+        log.info("search %s: incumbent %s p; queued its shrink moves%s", self._name,
+                 state.incumbent, f", {len(behind)} of a larger one's behind them"
+                 if behind else "")
+
+    def _withdraw_older_moves(self, incumbent: int) -> list[tuple[dict, dict]]:
+        """The still-queued shrink moves of an earlier, larger incumbent, withdrawn (FAIL with a
+        note) to be queued again behind the new incumbent's: Optuna pops its queue first in,
+        first out, and a search that verified the 36 from the 42 spent its last minutes on
+        the 42's move to a 32-p d 2 shape before any move of the 36 (studies/search-s36).
+        Returns each one's (params, user attrs) to enqueue again."""
+        import optuna
+
+        out = []
+        for t in self._ot_study.get_trials(deepcopy=False,
+                                           states=(optuna.trial.TrialState.WAITING,)):
+            if t.user_attrs.get(MOVE_OF, incumbent) == incumbent:
+                continue  # a start point, a replay, or this incumbent's own move
+            storage = self._ot_study._storage  # as report.results.retire_waiting: no public API
+            storage.set_trial_system_attr(t._trial_id, "arithsweep.note",
+                                          f"queued again behind the moves of {incumbent} p")
+            storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+            out.append((dict(t.system_attrs.get("fixed_params", t.params)), dict(t.user_attrs)))
+        return out
 
     def _optuna_params(self, proposal_id: str) -> dict | None:
         """The Optuna params of a proposal (a Tune trial id, or `<id>.p<j>` in a pack)."""
