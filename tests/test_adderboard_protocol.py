@@ -78,3 +78,29 @@ def test_a_search_does_not_take_an_add10_find_that_fails_adderboard(tmp_path):
         board.close()
     item = make_verifier(str(db))({"checkpoint": str(ENTRY_64), "target": 0.98})
     assert item["qualifies"] and item["entry_id"] is not None
+
+
+def test_an_add10_searchs_trials_stop_two_standard_errors_above_adderboards_bar():
+    """Where a search's trials stop (their train target): 0.992 for add10 from a target of
+    0.99 (AdderBoard's 10,010 problems: 0.1 points of standard error at 99%), the target
+    itself below that bar, above 0.992 and for other tasks; SearchOptions.train_target wins."""
+    from types import SimpleNamespace
+
+    from arithsweep.core.evaluation.stats import OUTSIDE_BOARDS, protocol_aim
+    from arithsweep.leaderboard.adderboard_check import TASK, problems
+    from arithsweep.search.options import SearchOptions
+    from arithsweep.search.space.spaces import load_space
+    from arithsweep.search.tuner import constants
+
+    assert OUTSIDE_BOARDS[TASK] == ("adderboard", len(problems())) and TASK == "add10"
+    assert [protocol_aim("add10", t) for t in (0.95, 0.99, 0.991, 0.995)] == [
+        0.95, 0.992, 0.992, 0.995]
+    assert protocol_aim("add3", 0.99) == 0.99 and protocol_aim("add11", 0.99) == 0.99
+
+    def train_target(task, target, **opts):
+        s = SimpleNamespace(opts=SearchOptions(task=task, **opts), space=load_space("tiny"),
+                            target=target, task_name=task, name="s")
+        return constants(s, 0)["train_target"]
+
+    assert train_target("add10", 0.99) == 0.992 and train_target("add3", 0.99) == 0.99
+    assert train_target("add10", 0.99, train_target=0.995) == 0.995

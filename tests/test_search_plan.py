@@ -107,6 +107,18 @@ def test_a_space_with_nothing_below_its_start_says_so_first_and_stops(clone):
     assert "not below --max-params 30" in out.stderr and out.returncode == 2
 
 
+def test_an_add10_search_says_its_trials_stop_above_the_target(clone):
+    """From the board's 36 at the default 0.99, a line says where its trials stop and why; at a
+    target under AdderBoard's bar, no such line."""
+    out = _search(clone, "--task", "add10", "--time-budget", "10m")
+    lines = out.stderr.strip().splitlines()
+    assert lines[2] == ("its trials stop at 0.992 held-out, not 0.99: a find must also pass "
+                        "AdderBoard's protocol (its own 10,010 problems, at 99%)"), lines
+    assert lines[-1].startswith("error: cannot join Ray")
+    out = _search(clone, "--task", "add10", "--target", "0.95", "--time-budget", "10m")
+    assert "its trials stop" not in out.stderr and "cannot join Ray" in out.stderr
+
+
 def _stored_search(root: Path, name: str, trials: int | None, ran: int | None,
                    max_params: int | None = None) -> None:
     """A search folder as a run that ended writes it (search.json, summary.json), enough for

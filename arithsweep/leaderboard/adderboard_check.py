@@ -20,13 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from arithsweep.core.errors import ArithsweepError
+from arithsweep.core.evaluation.stats import OUTSIDE_BOARDS
 
 TOP = 9_999_999_999
 EDGE_CASES = [(0, 0), (0, 1), (TOP, 0), (TOP, 1), (TOP, TOP), (TOP, TOP),
               (5_000_000_000, 5_000_000_000), (1_111_111_111, 8_888_888_889),
               (1_234_567_890, 9_876_543_210), (1, TOP)]
 N_RANDOM, SEED, THRESHOLD = 10_000, 2025, 0.99
-TASK = "add10"  # AdderBoard's task: two operands of up to 10 digits, their sum
+TASK = next(t for t, (k, _) in OUTSIDE_BOARDS.items() if k == "adderboard")  # add10
 
 
 @dataclass

@@ -24,6 +24,8 @@ from typing import Any
 
 from arithsweep.core.arithmetic import ARITHMETIC, version_of
 from arithsweep.core.errors import ConfigError
+from arithsweep.core.evaluation.stats import OUTSIDE_BOARDS, PROTOCOLS, protocol_aim
+from arithsweep.core.train_config import TrainConfig
 from arithsweep.search.space.spaces import RayDefineByRun, Space
 
 # Combinations walked at most: the shipped spaces a search starts from below the board (tbukic,
@@ -136,8 +138,21 @@ def settle(opts: Any, space: Space, task: str, start: dict | None, unused: str |
         first = "starting " + (start["note"] if start else unused or (
             where + (", as --fresh asks" if opts.fresh else "")))
     bound = bound_of(None if opts.frontier else inc, opts.max_params)
-    return cap, [first, _where(space, bound, opts.max_params, smallest, opts.frontier)
-                 + "; " + _how_long(cap, why, ran, opts.time_budget)]
+    lines = [first, _where(space, bound, opts.max_params, smallest, opts.frontier)
+             + "; " + _how_long(cap, why, ran, opts.time_budget)]
+    return cap, lines + _aim(task, opts)
+
+
+def _aim(task: str, opts: Any) -> list[str]:
+    """The line saying that its trials stop above the target (tuner.constants), when an outside
+    board checks the task's finds on its own sample."""
+    target = opts.target if opts.target is not None else TrainConfig.target
+    aim = protocol_aim(task, target)
+    if opts.train_target or aim <= target:
+        return []
+    key, n = OUTSIDE_BOARDS[task]
+    return [f"its trials stop at {aim:g} held-out, not {target:g}: a find must also pass "
+            f"{PROTOCOLS[key][0]} (its own {n:,} problems, at {PROTOCOLS[key][1]:.0%})"]
 
 
 def _start_size(space: Space, task: str) -> str:
