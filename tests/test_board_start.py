@@ -123,8 +123,9 @@ def test_add10_on_the_published_board_starts_from_its_smallest_entry(tmp_path):
     assert rest and rest[-1].startswith("error: cannot join Ray")
     # --fresh: the space's start points (tbukic's 36 p, then its 44 p), no bound until a
     # model is verified
-    first, plan, error = _stopped_at_ray(lb, tmp_path / "searches", "--fresh")
+    first, plan, aim, error = _stopped_at_ray(lb, tmp_path / "searches", "--fresh")
     assert first == "starting from space tbukic's start points (36 p, then 44 p), as --fresh asks"
+    assert aim.startswith("its trials stop at 0.992 held-out, not 0.99"), aim
     assert plan.startswith("searching space tbukic from its start point down (its smallest "
                            "point 14 p)"), plan
     assert error.startswith("error: cannot join Ray")
