@@ -4,7 +4,8 @@ For each trial of `searches/add10-path36/tune` (in the order Optuna proposed the
 parameters, how its shape differs from tbukic's 36 (entry 60), the steps it trained, and at
 the end of the path's first phase (200,000 steps, where it got there) and at its last
 evaluation, how many of its seeds were above 10 / 50 / 90 / 99% held-out exact match, its
-best seed, and why it stopped. The per-seed figures are the `em_seed<i>` columns Tune wrote
+best seed, and why it stopped; a trial that bought a second ticket (the whole path again with
+new seeds) has a line per ticket, its steps counted from the ticket's start. The per-seed figures are the `em_seed<i>` columns Tune wrote
 to each trial's progress.csv (one row per evaluation).
 
     python studies/search-36/trials_table.py          # a markdown table
@@ -21,6 +22,7 @@ from pathlib import Path
 TUNE = Path(__file__).parent / "searches" / "add10-path36" / "tune"
 LEVELS = (0.10, 0.50, 0.90, 0.99)
 PHASE_END = 200_000  # the tbukic space's cosine phase (its path's first)
+EVAL_EVERY = 2_000  # its evaluations: a ticket's first row is this many steps in
 THE_36 = {"d_model": 3, "d_ff": 2, "activation": "swiglu", "norm_weight": "vector",
           "qk_norm": "shared", "embed": "arc", "tie_k": "rotated", "mlp_down": "up_t_rot",
           "tie_gate": False}
@@ -40,19 +42,41 @@ def levels(row: dict) -> str:
     return f"{counts} of {len(seeds)}, best {max(seeds):.1%}" if seeds else "-"
 
 
+def tickets(rows: list[dict]) -> list[list[dict]]:
+    """A trial's evaluations split into its tickets (`near_miss_round: ticket`: the whole
+    path again with new seeds, its steps counted on): where the learning rate jumps back up
+    to the path's peak (a path's phases only ever start at or below the last one's lr)."""
+    out: list[list[dict]] = [[]]
+    last_lr = None
+    for r in rows:
+        lr = float(r["lr"]) if r.get("lr") else None
+        if out[-1] and lr and last_lr and lr > 3 * last_lr:
+            out.append([])
+        out[-1].append(r)
+        last_lr = lr or last_lr
+    return out
+
+
 def trial_row(folder: Path) -> tuple[int, str] | None:
     params = json.loads((folder / "params.json").read_text())
     rows = [r for r in csv.DictReader((folder / "progress.csv").open()) if r.get("em_seed0")]
     if not rows:
         return None
     stop = _stop_reason(folder)
-    ended = [r for r in rows if int(r["step"]) == PHASE_END]
-    last = rows[-1]
-    size = int(float(last["params"]))
-    at_end = levels(ended[-1]) if ended else "-"
     number = int(params.get("trial_number", 0))
-    return number, (f"| {number} | {size} | {shape(params)} | {int(last['step']):,} | "
-                    f"{at_end} | {levels(last)} | {stop} |")
+    size = int(float(rows[-1]["params"]))
+    lines, base = [], 0
+    parts = tickets(rows)
+    for i, part in enumerate(parts):
+        ended = [r for r in part if int(r["step"]) - base == PHASE_END]
+        at_end = levels(ended[-1]) if ended else "-"
+        label = f"{number}" + (f" (ticket {i + 1})" if len(parts) > 1 else "")
+        last = part[-1]
+        lines.append(f"| {label} | {size} | {shape(params)} | {int(last['step']) - base:,} | "
+                     f"{at_end} | {levels(last)} | "
+                     f"{stop if i == len(parts) - 1 else 'a near miss: next ticket'} |")
+        base = int(parts[i + 1][0]["step"]) - EVAL_EVERY if i + 1 < len(parts) else base
+    return number, "\n".join(lines)
 
 
 def _stop_reason(folder: Path) -> str:
