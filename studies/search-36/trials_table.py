@@ -5,8 +5,9 @@ parameters, how its shape differs from tbukic's 36 (entry 60), the steps it trai
 the end of the path's first phase (200,000 steps, where it got there) and at its last
 evaluation, how many of its seeds were above 10 / 50 / 90 / 99% held-out exact match, its
 best seed, and why it stopped; a trial that bought a second ticket (the whole path again with
-new seeds) has a line per ticket, its steps counted from the ticket's start. The per-seed figures are the `em_seed<i>` columns Tune wrote
-to each trial's progress.csv (one row per evaluation).
+new seeds) has a line per ticket, its steps counted from the ticket's start. The per-seed
+figures are the `em_seed<i>` columns Tune wrote to each trial's progress.csv (one row per
+evaluation).
 
     python studies/search-36/trials_table.py          # a markdown table
     python studies/search-36/trials_table.py studies/search-36b/searches/add10-path36b
