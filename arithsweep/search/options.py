@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from arithsweep.core.errors import ConfigError
+from arithsweep.core.evaluation.stats import protocol_aim
 
 
 @dataclass
@@ -134,6 +135,13 @@ MLFLOW_SCHEMES = ("file", "sqlite", "postgresql", "mysql", "mssql", "http", "htt
 GPU_PROPOSALS = 16  # default proposals per trial when each trial gets a whole GPU
 # the cap of a search given neither --trials nor --time-budget: something must end it
 DEFAULT_TRIALS = 20
+
+
+def train_target(opts: SearchOptions, task: str, target: float) -> float:
+    """Where the search's trials stop (their train target): --train-target when given, else a
+    bit above the target where an outside board checks the task's finds on its own sample
+    (add10 at 0.99: 0.992, AdderBoard's), else the target; never below it."""
+    return max(target, opts.train_target or protocol_aim(task, target))
 
 
 def trial_cap(trials: int | None, time_budget: float, stored: dict[str, Any] | None = None

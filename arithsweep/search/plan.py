@@ -24,7 +24,7 @@ from typing import Any
 
 from arithsweep.core.arithmetic import ARITHMETIC, version_of
 from arithsweep.core.errors import ConfigError
-from arithsweep.core.evaluation.stats import OUTSIDE_BOARDS, PROTOCOLS, protocol_aim
+from arithsweep.core.evaluation.stats import OUTSIDE_BOARDS, PROTOCOLS
 from arithsweep.core.train_config import TrainConfig
 from arithsweep.search.space.spaces import RayDefineByRun, Space
 
@@ -146,9 +146,11 @@ def settle(opts: Any, space: Space, task: str, start: dict | None, unused: str |
 def _aim(task: str, opts: Any) -> list[str]:
     """The line saying that its trials stop above the target (tuner.constants), when an outside
     board checks the task's finds on its own sample."""
+    from arithsweep.search.options import train_target
+
     target = opts.target if opts.target is not None else TrainConfig.target
-    aim = protocol_aim(task, target)
-    if opts.train_target or aim <= target:
+    aim = train_target(opts, task, target)
+    if opts.train_target or aim <= target:  # a stop the user chose, or none above the target
         return []
     key, n = OUTSIDE_BOARDS[task]
     return [f"its trials stop at {aim:g} held-out, not {target:g}: a find must also pass "

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from arithsweep.core.evaluation.stats import protocol_aim
+from arithsweep.search.options import train_target
 
 
 def fit(s: Any, exp_dir: Path, experiment_id: str, parent_run: str) -> Any:
@@ -73,9 +73,7 @@ def constants(s: Any, gpus: float) -> dict[str, Any]:
 
     opts, space, target = s.opts, s.space, s.target
     const = {"task": s.task_name, "target": target, "cpus_per_trial": opts.cpus_per_trial,
-             # a bit above the target where an outside board checks the find on its own
-             # sample (add10: AdderBoard's), else the target; SearchOptions.train_target above
-             "train_target": max(target, opts.train_target or protocol_aim(s.task_name, target)),
+             "train_target": train_target(opts, s.task_name, target),
              "device": "cuda" if gpus else "cpu", "steps": opts.trial_steps,
              "time_budget": opts.trial_time_budget, "seed": opts.seed,
              "space": space.name, "search": s.name, "fail_when": opts.fail_when,
