@@ -246,11 +246,17 @@ def test_a_lost_database_is_rebuilt_from_the_published_folder(capsys, tmp_path, 
     searches.mkdir(parents=True)
     (searches / "search.json").write_text(json.dumps({"name": "s1", "task": "add2",
                                                       "command": "arithsweep search -n 3"}))
-    row = {**row, "id": 41, "search_name": "s1", "trial_id": "t9"}
+    # the command that trained it, which today's rule for the checkpoint would not write
+    ran = f"arithsweep train --task add2 --config {ckpt}/config.json --seeds 1 --seed 5 " \
+          "--set stop_at=300"
+    row = {**row, "id": 41, "search_name": "s1", "trial_id": "t9", "reproduce": ran}
     pub.publish([row], dest, searches_root=tmp_path / "searches")
     name = pub.checkpoint_dir_name(row)
     kept = json.loads((dest / "checkpoints" / name / "entry.json").read_text())
     assert kept["entry_id"] == 41 and kept["search_name"] == "s1" and kept["sha256"] == sha
+    assert kept["reproduce"] == pub.published_reproduce(
+        row, f"pub/checkpoints/{name}/config.json") and kept["reproduce"].endswith(
+        "--seed 5 --set stop_at=300")
     assert "exact_match" not in kept and "arithsweep search -n 3" in "".join(
         kept["search_lines"])
     shutil.rmtree(tmp_path / "searches")
@@ -267,6 +273,7 @@ def test_a_lost_database_is_rebuilt_from_the_published_folder(capsys, tmp_path, 
     assert code == 0, err
     got = json.loads(out)
     assert got["entry_id"] == 41 and got["search_name"] == "s1" and got["trial_id"] == "t9"
+    assert got["reproduce"] == kept["reproduce"]  # the run command, not one made up today
     assert got["exact_match"] == 1.0 and got["n_problems"] == 10_000  # measured again
     board = open_db(str(db2))
     rebuilt = next(r for r in board.query(all=True) if r["sha256"] == sha)
@@ -279,6 +286,18 @@ def test_a_lost_database_is_rebuilt_from_the_published_folder(capsys, tmp_path, 
     with pytest.raises(ArithsweepError, match="does not"):
         pub.publish([{**other.to_dict(), "id": 2}], dest)
     assert (dest / "checkpoints" / name).is_dir()
+
+
+def test_recording_an_entry_again_keeps_the_command_that_trained_it(tmp_path):
+    """A re-verification measures the entry again, but its retrain command is provenance: one
+    written by today's rule was never run (a `--set stop_at` for a model stopped early)."""
+    ran = "arithsweep train --task add2 --config c.json --seeds 1 --seed 9"
+    board = open_db(str(tmp_path / "lb.db"))
+    board.record(make_report(sha256="5" * 64, exact_match=0.995, reproduce=ran))
+    row, created = board.record(make_report(sha256="5" * 64, exact_match=0.999,
+                                            reproduce=ran + " --set stop_at=4000"))
+    assert not created and row["exact_match"] == 0.999 and row["reproduce"] == ran
+    board.close()
 
 
 def test_an_entry_trained_in_a_pack_also_gets_the_pack_command():

@@ -1,7 +1,8 @@
 """The verified leaderboard: the `Leaderboard` class (writes and queries) and `open_db`.
 
 Entries are only ever written from a qualifying `VerificationReport`; the same checkpoint
-(sha256) twice is one entry, updated with the newer verification. The default database is
+(sha256) twice is one entry, updated with the newer verification (its retrain command kept:
+that one trained it). The default database is
 `leaderboard/leaderboard.db` under the current directory, overridden by `ARITHSWEEP_DB` (an
 SQLAlchemy URL, so a team can use PostgreSQL, or a plain path). Engines, URLs and SQLite setup
 live in `db.py`, the ORM classes in `schema.py`, the migrations in `migrations.py`. Imports
@@ -39,6 +40,11 @@ from arithsweep.leaderboard.schema import Entry, utc_timestamp
 
 # What callers outside the leaderboard wing use; the plumbing has its own modules.
 __all__ = ["DEFAULT_BUSY_TIMEOUT", "Leaderboard", "default_db_url", "open_db"]
+
+# Kept when an entry is recorded again: provenance, not a measurement. Today's rule for a
+# checkpoint's command (a `--set stop_at` for a model stopped early) can differ from the one
+# that was run, and only the run one is known to give these weights.
+KEPT_ON_RERECORD = ("reproduce",)
 
 
 class Leaderboard:
@@ -133,9 +139,10 @@ class Leaderboard:
                 if isinstance(entry_id, int) and entry_id > 0 and s.get(Entry, entry_id) is None:
                     entry.id = entry_id
                 s.add(entry)
-            else:
+            else:  # measured again; its retrain command is what trained it, so it stays
                 for k, v in values.items():
-                    setattr(entry, k, v)
+                    if k not in KEPT_ON_RERECORD or not getattr(entry, k):
+                        setattr(entry, k, v)
             s.flush()
             # Inside the transaction: any failure up to the commit leaves nothing written.
             return _entry_row(entry, self._rank_of(s, entry)), created

@@ -117,12 +117,16 @@ ENTRY_FORMAT = "arithsweep-entry"
 PROVENANCE = ("search_name", "trial_id", "mlflow_run_id")  # what a re-recording takes back
 
 
-def entry_record(row: dict[str, Any], lines: list[str]) -> dict[str, Any]:
+def entry_record(row: dict[str, Any], lines: list[str],
+                 reproduce: str | None = None) -> dict[str, Any]:
     """entry.json for a published row: its id and provenance, no results (those are
-    re-measured from the weights whenever the entry is recorded again)."""
+    re-measured from the weights whenever the entry is recorded again). `reproduce` is its
+    published retrain command: the one that trained it, which a re-recording keeps, where
+    today's rule for a checkpoint could write another that was never run."""
     return {"format": ENTRY_FORMAT, "version": 1, "entry_id": row.get("id"),
             "sha256": row.get("sha256"), "target": row.get("target"),
             **{k: row.get(k) for k in PROVENANCE},
+            **({"reproduce": reproduce} if reproduce else {}),
             "search_lines": lines}
 
 

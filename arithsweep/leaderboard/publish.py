@@ -329,9 +329,11 @@ def publish(
         configs = [_copy_checkpoint(r, stage / CHECKPOINTS / n) for r, n in zip(rows, names)]
         # read before the swap: without its search folder a row falls back on its old entry.json
         found = [search_lines(r, searches_root) for r in rows]
-        for r, n, lines in zip(rows, names, found):
+        commands = [published_reproduce(r, f"{_label(dest)}/{CHECKPOINTS}/{n}/config.json")
+                    for r, n in zip(rows, names)]
+        for r, n, lines, cmd in zip(rows, names, found, commands):
             (stage / CHECKPOINTS / n / ENTRY_FILE).write_text(
-                json.dumps(entry_record(r, lines), indent=2) + "\n")
+                json.dumps(entry_record(r, lines, cmd), indent=2) + "\n")
         by_sha = {r.get("sha256"): c for r, c in zip(rows, configs)}
         sections = project_sections(rows, dest, lambda r: seeds_reached(r, by_sha[r["sha256"]]))
         starts = [_read(stage / CHECKPOINTS / n / START / CHECKPOINT_FILES[1]) for n in names]
@@ -339,9 +341,8 @@ def publish(
                                     sections + list(extra_sections or []), found, starts)
         (stage / MARKDOWN).write_text(text, encoding="utf-8")
         (stage / INDEX).write_text(index_text([index_entry(
-            r, n, seeds_reached(r, c), published_reproduce(
-                r, f"{_label(dest)}/{CHECKPOINTS}/{n}/config.json"), c)
-            for r, n, c in zip(rows, names, configs)]), encoding="utf-8")
+            r, n, seeds_reached(r, c), cmd, c)
+            for r, n, c, cmd in zip(rows, names, configs, commands)]), encoding="utf-8")
         dest.mkdir(exist_ok=True)
         swap_in(stage, dest)
     except OSError as e:

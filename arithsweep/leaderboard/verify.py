@@ -180,6 +180,12 @@ def reproduce_command(ck: Checkpoint) -> str:
     return shlex.join([*parts, "--seeds", "1", "--seed", str(seed), *_stopped(ck)])
 
 
+def _kept_command(entry: dict[str, Any]) -> str | None:
+    """The retrain command a published entry.json keeps, when it is one of ours."""
+    cmd = entry.get("reproduce")
+    return cmd if isinstance(cmd, str) and cmd.startswith("arithsweep ") else None
+
+
 def _torch_layout(ck: Checkpoint) -> bool:
     """Did its run train in the reference layout (torch's ops), not the tiny kernel?"""
     from arithsweep.core.training.train import choose_layout
@@ -244,8 +250,9 @@ def verify(
     if task.name == adderboard_check.TASK:  # AdderBoard's own problems, beside the suite
         n_ab, ok_ab = adderboard_check.on_model(model, task)
         parts["by_protocol"] = {"adderboard": (n_ab, ok_ab)}
-    # provenance: the caller's, else a published folder's entry.json, else the search folder
-    # the checkpoint sits in, else the checkpoint's own meta
+    # provenance: the caller's, else a published folder's entry.json (its retrain command
+    # too: the one that trained it), else the search folder the checkpoint sits in, else the
+    # checkpoint's own meta
     kept = published_entry(ck.path, ck.sha256) or checkpoint_provenance(ck.path)
     extra = {**{k: kept[k] for k in PROVENANCE if kept.get(k)},
              **{k: v for k, v in (extra or {}).items() if v is not None}}
@@ -265,7 +272,7 @@ def verify(
         mlflow_run_id=extra.get("mlflow_run_id", meta.get("mlflow_run_id")),
         search_name=extra.get("search_name", meta.get("search_name")),
         trial_id=extra.get("trial_id", meta.get("trial_id")),
-        reproduce=reproduce_command(ck), version=__version__,
+        reproduce=_kept_command(kept) or reproduce_command(ck), version=__version__,
     )
 
 
