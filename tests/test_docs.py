@@ -214,6 +214,20 @@ def test_the_board_tables_of_readme_and_the_docs_home_are_entries_json():
                        "from leaderboard/entries.json; run python scripts/board_tables.py")
 
 
+def test_the_readme_shows_the_searchs_own_best_beside_a_persons_at_each_add10_size():
+    """At an add10 size where a person's run is best, the README also shows the best entry a
+    search found there; a size a search leads, or no search reached, keeps one row."""
+    board = _board_tables()
+
+    def e(i, params, em, search=None):
+        return {"id": i, "task": "add10", "params": params, "exact_match": em,
+                "search_name": search}
+
+    entries = [e(1, 36, 0.994), e(2, 36, 0.991, "s"), e(3, 36, 0.993, "t"), e(4, 42, 0.992, "s"),
+               e(5, 42, 0.991), e(6, 44, 0.993), {**e(7, 30, 1.0, "s"), "task": "add3"}]
+    assert [r["id"] for r in board.every_size(entries)] == [1, 3, 4, 6]
+
+
 def test_every_board_table_row_links_to_its_run():
     board = _board_tables()
     runs = board.sections((ROOT / "docs" / "results.md").read_text(encoding="utf-8"))
