@@ -7,7 +7,10 @@ evaluation, how many of its seeds were above 10 / 50 / 90 / 99% held-out exact m
 best seed, and why it stopped; a trial that bought a second ticket (the whole path again with
 new seeds) has a line per ticket, its steps counted from the ticket's start. The per-seed
 figures are the `em_seed<i>` columns Tune wrote to each trial's progress.csv (one row per
-evaluation).
+evaluation). A proposal cut by a sitting's deadline is replayed by the next sitting's resume as
+a new Tune trial (`seeds_of`: its number, `resume_from`: its kept state) whose progress.csv
+holds the cut ticket's evaluations again and goes on from there: its lines stand in for the cut
+ticket's, under the proposal's number.
 
     python studies/search-36/trials_table.py          # a markdown table
     python studies/search-36/trials_table.py studies/search-36b/searches/add10-path36b
@@ -58,38 +61,56 @@ def tickets(rows: list[dict]) -> list[list[dict]]:
     return out
 
 
-def trial_row(folder: Path) -> tuple[int, str] | None:
+def evaluations(folder: Path) -> list[dict]:
+    return [r for r in csv.DictReader((folder / "progress.csv").open()) if r.get("em_seed0")]
+
+
+def trial_row(folder: Path, cut: dict[int, int]) -> tuple[tuple[int, int], str] | None:
+    """The trial's lines, keyed by (proposal, first ticket). `cut` maps a proposal whose last
+    ticket a deadline cut to how many tickets it had: the replay's lines stand in for that
+    one, labelled with the proposal's number."""
     params = json.loads((folder / "params.json").read_text())
-    rows = [r for r in csv.DictReader((folder / "progress.csv").open()) if r.get("em_seed0")]
+    rows = evaluations(folder)
     if not rows:
         return None
     stop = _stop_reason(folder)
     number = int(params.get("trial_number", 0))
+    of = params.get("seeds_of")
     size = int(float(rows[-1]["params"]))
-    lines, base = [], 0
+    lines, base, first = [], 0, 0
     parts = tickets(rows)
+    whole = len(parts)
+    if of is not None:  # its rows begin with the cut ticket's, replayed from its start
+        first, base = cut[int(of)] - 1, int(rows[0]["step"]) - EVAL_EVERY
+    elif number in cut:  # the replay's lines say its cut ticket whole
+        parts = parts[:-1]
     for i, part in enumerate(parts):
         ended = [r for r in part if int(r["step"]) - base == PHASE_END]
         at_end = levels(ended[-1]) if ended else "-"
-        label = f"{number}" + (f" (ticket {i + 1})" if len(parts) > 1 else "")
+        label = f"{number}" + (f" (ticket {i + 1})" if whole > 1 else "")
+        if of is not None:
+            label = f"{of} (ticket {first + i + 1}, resumed as #{number})"
         last = part[-1]
         lines.append(f"| {label} | {size} | {shape(params)} | {int(last['step']) - base:,} | "
                      f"{at_end} | {levels(last)} | "
-                     f"{stop if i == len(parts) - 1 else 'a near miss: next ticket'} |")
+                     f"{stop if i == whole - 1 else 'a near miss: next ticket'} |")
         base = int(parts[i + 1][0]["step"]) - EVAL_EVERY if i + 1 < len(parts) else base
-    return number, "\n".join(lines)
+    return (int(of) if of is not None else number, first), "\n".join(lines)
 
 
 def _stop_reason(folder: Path) -> str:
-    """Why the trial stopped: its last reported reason in Tune's result.json, or, where that
-    file is not kept (over 2 MB, a finished trial's), the search's summary.json."""
+    """Why the trial stopped: its last reported reason in Tune's result.json, else (that file
+    not kept, over 2 MB; or a trial the deadline cut, which reported none) the search's
+    summary.json, else it is running."""
     if (folder / "result.json").is_file():
         results = [json.loads(ln) for ln in (folder / "result.json").open() if ln.strip()]
-        return next((r["stop_reason"] for r in reversed(results) if r.get("stop_reason")),
-                    "running or cut (resumes)")
+        reason = next((r["stop_reason"] for r in reversed(results) if r.get("stop_reason")), None)
+        if reason:
+            return reason
     summary = json.loads((folder.parents[1] / "summary.json").read_text())
     trial = folder.name.removeprefix("trial_")
-    return next(t["stop_reason"] for t in summary["trials"] if t["trial_id"] == trial)
+    return next((t["stop_reason"] for t in summary["trials"] if t["trial_id"] == trial),
+                "running")
 
 
 def main() -> None:
@@ -97,7 +118,12 @@ def main() -> None:
     print("| # | params | shape against the 36's | steps | at 200K: seeds > 10/50/90/99% | "
           "at its last evaluation | stopped |")
     print("|---:|---:|---|---:|---|---|---|")
-    rows = [r for r in (trial_row(d) for d in sorted(tune.glob("trial_*"))) if r]
+    folders = sorted(tune.glob("trial_*"))
+    params = {d: json.loads((d / "params.json").read_text()) for d in folders}
+    number = {int(p.get("trial_number", 0)): d for d, p in params.items()}
+    cut = {int(p["seeds_of"]): len(tickets(evaluations(number[int(p["seeds_of"])])))
+           for p in params.values() if p.get("seeds_of") is not None}
+    rows = [r for r in (trial_row(d, cut) for d in folders) if r]
     for _, line in sorted(rows):
         print(line)
 
