@@ -80,15 +80,13 @@ def _seeds(e: dict) -> str:
 def every_size(entries: list[dict]) -> list[dict]:
     """Of the EVERY_SIZE tasks, the best entry of each size, followed at a size where it was
     not found by a search by the best one a search found there."""
+    by_search = {(f["task"], f["params"]): f
+                 for f in _best([f for f in entries if f.get("search_name")])}
     rows = []
     for e in _best(entries):
-        if e["task"] not in EVERY_SIZE:
-            continue
-        rows.append(e)
-        found = _best([f for f in entries if f.get("search_name")
-                       and (f["task"], f["params"]) == (e["task"], e["params"])])
-        if not e.get("search_name") and found:
-            rows.append(found[0])
+        if e["task"] in EVERY_SIZE:
+            found = by_search.get((e["task"], e["params"]))
+            rows += [e] if e.get("search_name") or found is None else [e, found]
     return rows
 
 
