@@ -65,12 +65,11 @@ def evaluations(folder: Path) -> list[dict]:
     return [r for r in csv.DictReader((folder / "progress.csv").open()) if r.get("em_seed0")]
 
 
-def trial_row(folder: Path, cut: dict[int, int]) -> tuple[tuple[int, int], str] | None:
-    """The trial's lines, keyed by (proposal, first ticket). `cut` maps a proposal whose last
-    ticket a deadline cut to how many tickets it had: the replay's lines stand in for that
-    one, labelled with the proposal's number."""
-    params = json.loads((folder / "params.json").read_text())
-    rows = evaluations(folder)
+def trial_row(folder: Path, params: dict, rows: list[dict],
+              cut: dict[int, int]) -> tuple[tuple[int, int], str] | None:
+    """The trial's lines from its params.json and `evaluations`, keyed by (proposal, first
+    ticket). `cut` maps a proposal whose last ticket a deadline cut to how many tickets it
+    had: the replay's lines stand in for that one, labelled with the proposal's number."""
     if not rows:
         return None
     stop = _stop_reason(folder)
@@ -120,11 +119,12 @@ def main() -> None:
     print("|---:|---:|---|---:|---|---|---|")
     folders = sorted(tune.glob("trial_*"))
     params = {d: json.loads((d / "params.json").read_text()) for d in folders}
+    rows = {d: evaluations(d) for d in folders}
     number = {int(p.get("trial_number", 0)): d for d, p in params.items()}
-    cut = {int(p["seeds_of"]): len(tickets(evaluations(number[int(p["seeds_of"])])))
+    cut = {int(p["seeds_of"]): len(tickets(rows[number[int(p["seeds_of"])]]))
            for p in params.values() if p.get("seeds_of") is not None}
-    rows = [r for r in (trial_row(d, cut) for d in folders) if r]
-    for _, line in sorted(rows):
+    lines = [r for r in (trial_row(d, params[d], rows[d], cut) for d in folders) if r]
+    for _, line in sorted(lines):
         print(line)
 
 
